@@ -1,0 +1,71 @@
+"""Base: a fresh host made ready for the rest of the deploy.
+
+Ensures cloud-init has finished its first boot, package-manager locks are
+waited for rather than failed on, and the base packages (ca-certificates,
+curl, gnupg and ``base_extra_packages``) are installed, on apt and dnf hosts.
+"""
+
+from __future__ import annotations
+
+from io import StringIO
+
+from pyinfra import host
+from pyinfra.api import deploy
+from pyinfra.facts.deb import DebPackages
+from pyinfra.facts.rpm import RpmPackages
+from pyinfra.operations import apt, dnf, files, server
+
+from deploy.facts import CloudInitRunning, HostInfo, fact
+from deploy.platform import Platform, detect
+from deploy.settings import host_settings
+
+APT_LOCK_CONF = "/etc/apt/apt.conf.d/90rayrig-lock-timeout"
+
+
+def platform() -> Platform:
+    """The current host's Platform (read once per host)."""
+    return detect(fact(host, HostInfo), host.name)
+
+
+def missing_packages(names: list[str] | tuple[str, ...]) -> list[str]:
+    """The packages among ``names`` that the current host lacks."""
+    installed = fact(host, DebPackages if platform().family == "apt" else RpmPackages) or {}
+    return [name for name in names if name not in installed]
+
+
+def install_packages(names: list[str] | tuple[str, ...], name: str) -> None:
+    """Install ``names`` with the host's package manager, only those missing.
+
+    The package index is refreshed only when something is to be installed, so
+    that a re-run on a ready host plans nothing.
+    """
+    missing = missing_packages(names)
+    if not missing:
+        return
+    if platform().family == "apt":
+        apt.packages(name=name, packages=missing, update=True, no_recommends=True)
+    else:
+        dnf.packages(name=name, packages=missing)
+
+
+@deploy("Base")
+def base() -> None:
+    settings = host_settings(host)
+    timeout = settings["base_wait_timeout_s"]
+    plat = platform()
+
+    if fact(host, CloudInitRunning):
+        server.shell(
+            name="Wait for cloud-init to finish",
+            commands=[f"timeout {int(timeout)} cloud-init status --wait >/dev/null || true"],
+        )
+
+    if plat.family == "apt":
+        files.put(
+            name="Make apt wait for the package lock",
+            src=StringIO(f'DPkg::Lock::Timeout "{int(timeout)}";\n'),
+            dest=APT_LOCK_CONF,
+            mode="644",
+        )
+
+    install_packages(list(plat.base_packages) + list(settings["base_extra_packages"]), "Install base packages")

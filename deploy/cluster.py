@@ -1,0 +1,22 @@
+"""Bring every host of the inventory to a running Ray node.
+
+    pyinfra inventories/prod.py deploy/cluster.py
+
+The inventory is validated first, for all hosts at once: a problem anywhere
+stops the deploy before any operation runs on any host.
+"""
+
+from pyinfra import host, inventory
+
+from deploy.base import base
+from deploy.docker import docker
+from deploy.image import image
+from deploy.ray_node import ray_node
+from deploy.validate import validate_once
+
+validate_once(host.state, inventory)
+
+base()
+docker()
+image()
+ray_node()

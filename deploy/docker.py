@@ -1,0 +1,143 @@
+"""Docker: the container engine, configured and running.
+
+Ensures the engine is installed from the distribution (``docker_source =
+"distro"``) or from Docker's repository (``"docker"``, or on RHEL 9 and its
+rebuilds, which ship none), that ``/etc/docker/daemon.json`` carries rayrig's
+keys merged over whatever is there (keys other tools set, such as the NVIDIA
+runtime, survive), and that the service is enabled and running. Docker is
+restarted only when daemon.json changed.
+"""
+
+from __future__ import annotations
+
+import json
+from io import StringIO
+from typing import Any
+
+from pyinfra import host
+from pyinfra.api import deploy
+from pyinfra.api.exceptions import PyinfraError
+from pyinfra.operations import files, systemd
+
+from deploy.base import install_packages, platform
+from deploy.facts import FileText, HostInfo, fact
+from deploy.platform import Platform
+from deploy.settings import host_settings
+
+DAEMON_JSON = "/etc/docker/daemon.json"
+REPO_PACKAGES = ("docker-ce", "docker-ce-cli", "containerd.io", "docker-buildx-plugin")
+APT_KEYRING = "/etc/apt/keyrings/docker.asc"
+APT_ARCH = {"x86_64": "amd64", "aarch64": "arm64"}
+
+
+class DaemonConfigError(PyinfraError):
+    """daemon.json on a host is not a JSON object, so it cannot be merged safely."""
+
+
+def merge_daemon_config(current: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
+    """daemon.json with rayrig's keys merged over ``current``.
+
+    Lists rayrig manages (registry mirrors, insecure registries) keep entries
+    others added; ``docker_daemon_options`` overrides last.
+
+    >>> merge_daemon_config({"runtimes": {"nvidia": {}}}, {"docker_registry_mirrors": [],
+    ...     "docker_insecure_registries": ["r:5000"], "docker_log_opts": {}, "docker_daemon_options": {}})
+    {'runtimes': {'nvidia': {}}, 'insecure-registries': ['r:5000']}
+    """
+    merged = dict(current)
+    for key, wanted in (
+        ("registry-mirrors", settings["docker_registry_mirrors"]),
+        ("insecure-registries", settings["docker_insecure_registries"]),
+    ):
+        existing = list(merged.get(key) or [])
+        combined = existing + [item for item in wanted if item not in existing]
+        if combined:
+            merged[key] = combined
+    if settings["docker_log_opts"]:
+        merged["log-driver"] = "json-file"
+        merged["log-opts"] = {**(merged.get("log-opts") or {}), **settings["docker_log_opts"]}
+    merged.update(settings["docker_daemon_options"])
+    return merged
+
+
+def parse_daemon_config(text: str | None) -> dict[str, Any]:
+    """The parsed daemon.json (empty when the file is absent or blank)."""
+    if not text or not text.strip():
+        return {}
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise DaemonConfigError(f"{DAEMON_JSON} on {host.name} is not valid JSON ({exc}); fix or remove it") from None
+    if not isinstance(value, dict):
+        raise DaemonConfigError(f"{DAEMON_JSON} on {host.name} is not a JSON object; fix or remove it")
+    return value
+
+
+def engine_packages(plat: Platform, source: str) -> tuple[tuple[str, ...], bool]:
+    """(packages, from Docker's repository?) for a platform and ``docker_source``."""
+    if source == "distro" and plat.distro_docker:
+        return plat.distro_docker, False
+    if not plat.docker_repo_path:
+        # Amazon Linux has no Docker CE repository; its own package is the supported engine.
+        return plat.distro_docker, False
+    return REPO_PACKAGES, True
+
+
+def _docker_repository(plat: Platform, repo_url: str) -> None:
+    base = f"{repo_url.rstrip('/')}/{plat.docker_repo_path}"
+    if plat.family == "apt":
+        arch = APT_ARCH.get(fact(host, HostInfo)["arch"], "amd64")
+        files.directory(name="Create the apt keyrings directory", path="/etc/apt/keyrings", mode="755")
+        files.download(name="Download Docker's repository key", src=f"{base}/gpg", dest=APT_KEYRING, mode="644")
+        files.put(
+            name="Add Docker's apt repository",
+            src=StringIO(f"deb [arch={arch} signed-by={APT_KEYRING}] {base} {plat.codename} stable\n"),
+            dest="/etc/apt/sources.list.d/docker.list",
+            mode="644",
+        )
+    else:
+        files.put(
+            name="Add Docker's dnf repository",
+            src=StringIO(
+                "[docker-ce-stable]\n"
+                "name=Docker CE Stable\n"
+                f"baseurl={base}/$releasever/$basearch/stable\n"
+                "enabled=1\n"
+                "gpgcheck=1\n"
+                f"gpgkey={base}/gpg\n"
+            ),
+            dest="/etc/yum.repos.d/docker-ce.repo",
+            mode="644",
+        )
+
+
+@deploy("Docker")
+def docker() -> None:
+    settings = host_settings(host)
+    plat = platform()
+
+    packages, from_repo = engine_packages(plat, settings["docker_source"])
+    if from_repo:
+        _docker_repository(plat, settings["docker_repo_url"])
+    install_packages(packages, "Install the Docker engine")
+
+    current = parse_daemon_config(fact(host, FileText, DAEMON_JSON))
+    wanted = merge_daemon_config(current, settings)
+    config = None
+    if wanted != current:
+        files.directory(name="Create /etc/docker", path="/etc/docker", mode="755")
+        config = files.put(
+            name="Merge rayrig's keys into daemon.json",
+            src=StringIO(json.dumps(wanted, indent=2, sort_keys=True) + "\n"),
+            dest=DAEMON_JSON,
+            mode="644",
+        )
+
+    systemd.service(name="Enable and start Docker", service="docker", running=True, enabled=True)
+    if config is not None:
+        systemd.service(
+            name="Restart Docker for its new configuration",
+            service="docker",
+            restarted=True,
+            _if=config.did_change,
+        )

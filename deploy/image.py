@@ -1,0 +1,57 @@
+"""Image: the Ray image present on every host.
+
+Pulls ``ray_image`` when it is absent (``ray_image_pull = "missing"``) or on
+every run (``"always"``). Registry credentials (``docker_registry_auth``) go
+into a Docker config file of rayrig's own, mode 0600, written like any other
+file: the password is never part of a command line or of pyinfra's output.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import shlex
+from io import StringIO
+from typing import Any
+
+from pyinfra import host
+from pyinfra.api import deploy
+from pyinfra.operations import files, server
+
+from deploy.facts import DockerImageId, fact
+from deploy.settings import host_settings
+
+DOCKER_CONFIG_DIR = "/etc/rayrig/docker"
+
+
+def registry_config(auth: dict[str, str]) -> str:
+    """The Docker config.json text that logs in to ``auth["registry"]``."""
+    token = base64.b64encode(f"{auth['username']}:{auth['password']}".encode()).decode()
+    return json.dumps({"auths": {auth["registry"]: {"auth": token}}}, indent=2) + "\n"
+
+
+def pull_command(image: str, with_auth: bool) -> str:
+    """The shell command that pulls ``image`` (with rayrig's credentials when set)."""
+    config = f" --config {DOCKER_CONFIG_DIR}" if with_auth else ""
+    return f"docker{config} pull --quiet {shlex.quote(image)}"
+
+
+def needs_pull(settings: dict[str, Any], image_id: str | None) -> bool:
+    """Whether the deploy must pull the image."""
+    return settings["ray_image_pull"] == "always" or image_id is None
+
+
+@deploy("Ray image")
+def image() -> None:
+    settings = host_settings(host)
+    auth = settings["docker_registry_auth"]
+    if auth:
+        files.directory(name="Create rayrig's Docker config directory", path=DOCKER_CONFIG_DIR, mode="700")
+        files.put(
+            name=f"Store the login for {auth['registry']}",
+            src=StringIO(registry_config(auth)),
+            dest=f"{DOCKER_CONFIG_DIR}/config.json",
+            mode="600",
+        )
+    if needs_pull(settings, fact(host, DockerImageId, settings["ray_image"])):
+        server.shell(name=f"Pull {settings['ray_image']}", commands=[pull_command(settings["ray_image"], bool(auth))])

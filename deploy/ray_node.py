@@ -1,0 +1,192 @@
+"""Ray node: the ``ray-node`` container running ``ray start`` on every host.
+
+Ensures one container per host with host networking, a restart policy, the
+declared ``--num-gpus``/``--num-cpus``/``--resources``, every Ray port pinned
+from ``ray_ports``, sized shared memory and open-files limit, and GPUs passed
+through only where GPUs are declared. The head runs ``ray start --head``;
+workers run ``ray start --address=HEAD:GCS`` and retry (the restart policy)
+until the head answers.
+
+The container carries a label with a hash of its desired configuration: a
+re-run with unchanged data plans nothing, a changed value replaces the
+container.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shlex
+from typing import Any
+
+from pyinfra import host, inventory
+from pyinfra.api import deploy
+from pyinfra.api.exceptions import PyinfraError
+from pyinfra.operations import server
+
+from deploy.facts import DockerContainer, HostInfo, NvidiaGpus, fact
+from deploy.settings import host_settings, merge, node_address, host_data
+
+HASH_LABEL = "rayrig.config-hash"
+ROLE_LABEL = "rayrig.role"
+
+
+class GpuCountError(PyinfraError):
+    """The declared GPU count differs from what the host has."""
+
+
+def resolve_num_gpus(declared: int | str, gpus: dict[str, Any], host_name: str) -> int:
+    """The GPU count Ray gets: the declared one, checked against the host, or the detected one."""
+    detected = gpus["driver"]["count"] if gpus.get("driver") else gpus.get("pci_count", 0)
+    if declared == "auto":
+        return int(detected)
+    if int(declared) != detected:
+        raise GpuCountError(
+            f"host {host_name}: ray_num_gpus = {declared!r}: expected {detected}, "
+            f"the number of NVIDIA GPUs the host has (set it to {detected} or \"auto\")"
+        )
+    return int(declared)
+
+
+def shm_size(setting: str, mem_bytes: int | None) -> str:
+    """``--shm-size`` for the container: the setting, or 30% of host memory for "auto"."""
+    if setting != "auto":
+        return setting
+    if not mem_bytes:
+        return "2g"
+    return f"{max(64, int(mem_bytes * 0.3) // 2**20)}m"
+
+
+def nofile_limit(setting: int | None, hard_limit: int | None) -> int | None:
+    """The open-files limit for the container: the setting capped at the host's hard limit."""
+    if setting is None:
+        return None
+    return min(setting, hard_limit) if hard_limit else setting
+
+
+def ray_start_args(
+    settings: dict[str, Any], role: str, node_ip: str, head_address: str, num_gpus: int
+) -> list[str]:
+    """The ``ray start`` command line for a node."""
+    ports = settings["ray_ports"]
+    args = ["ray", "start", "--block", "--disable-usage-stats", f"--node-ip-address={node_ip}"]
+    if role == "head":
+        args += [
+            "--head",
+            f"--port={ports['gcs']}",
+            f"--ray-client-server-port={ports['client_server']}",
+            "--include-dashboard=true",
+            f"--dashboard-host={settings['ray_dashboard_host']}",
+            f"--dashboard-port={ports['dashboard']}",
+        ]
+    else:
+        args.append(f"--address={head_address}:{ports['gcs']}")
+    args += [
+        f"--node-manager-port={ports['node_manager']}",
+        f"--object-manager-port={ports['object_manager']}",
+        f"--runtime-env-agent-port={ports['runtime_env_agent']}",
+        f"--dashboard-agent-grpc-port={ports['dashboard_agent_grpc']}",
+        f"--dashboard-agent-listen-port={ports['dashboard_agent_http']}",
+        f"--metrics-export-port={ports['metrics_export']}",
+        f"--min-worker-port={ports['worker_min']}",
+        f"--max-worker-port={ports['worker_max']}",
+        f"--num-gpus={num_gpus}",
+    ]
+    if settings["ray_num_cpus"] != "auto":
+        args.append(f"--num-cpus={settings['ray_num_cpus']}")
+    if settings["ray_resources"]:
+        args.append("--resources=" + json.dumps(settings["ray_resources"], sort_keys=True, separators=(",", ":")))
+    if settings["ray_object_store_bytes"]:
+        args.append(f"--object-store-memory={settings['ray_object_store_bytes']}")
+    return args
+
+
+def docker_run_args(
+    settings: dict[str, Any], role: str, start_args: list[str], num_gpus: int, shm: str, nofile: int | None
+) -> list[str]:
+    """``docker run`` arguments for the ray-node container, without the hash label."""
+    args = [
+        "docker", "run", "--detach",
+        f"--name={settings['ray_container_name']}",
+        "--network=host",
+        f"--restart={settings['ray_restart_policy']}",
+        f"--shm-size={shm}",
+        f"--label={ROLE_LABEL}={role}",
+    ]  # fmt: skip
+    if nofile:
+        args.append(f"--ulimit=nofile={nofile}:{nofile}")
+    if num_gpus > 0:
+        args.append("--gpus=all")
+    return args + [settings["ray_image"], *start_args]
+
+
+def config_hash(run_args: list[str]) -> str:
+    """A short, stable hash of the container's desired configuration."""
+    return hashlib.sha256("\0".join(run_args).encode()).hexdigest()[:16]
+
+
+def with_hash_label(run_args: list[str]) -> list[str]:
+    """``run_args`` with the configuration-hash label inserted before the image."""
+    digest = config_hash(run_args)
+    image_at = run_args.index("--detach") + 1
+    return run_args[:image_at] + [f"--label={HASH_LABEL}={digest}"] + run_args[image_at:]
+
+
+def is_current(container: dict[str, Any] | None, run_args: list[str]) -> bool:
+    """Whether the running container already has the desired configuration."""
+    if not container:
+        return False
+    alive = container["running"] or container["restarting"]
+    return alive and container["labels"].get(HASH_LABEL) == config_hash(run_args)
+
+
+def wait_for_port_command(address: str, port: int, seconds: int) -> str:
+    """A shell command that waits until ``address:port`` accepts TCP connections."""
+    probe = f"until (exec 3<>/dev/tcp/{address}/{port}) 2>/dev/null; do sleep 1; done"
+    return f"timeout {int(seconds)} bash -c {shlex.quote(probe)}"
+
+
+def head_host() -> Any:
+    """The inventory's head host (validation guarantees exactly one)."""
+    return next(h for h in inventory if merge(host_data(h))["ray_role"] == "head")
+
+
+def desired_run_args(current_host: Any) -> tuple[str, list[str]]:
+    """(role, docker run arguments without the label) for a host, from its data and facts."""
+    settings = host_settings(current_host)
+    info = fact(current_host, HostInfo)
+    role = settings["ray_role"]
+    num_gpus = resolve_num_gpus(settings["ray_num_gpus"], fact(current_host, NvidiaGpus), current_host.name)
+    start = ray_start_args(settings, role, node_address(current_host), node_address(head_host()), num_gpus)
+    shm = shm_size(settings["ray_shm_size"], info["mem_bytes"])
+    nofile = nofile_limit(settings["ray_ulimit_nofile"], info["nofile_hard"])
+    return role, docker_run_args(settings, role, start, num_gpus, shm, nofile)
+
+
+@deploy("Ray node")
+def ray_node() -> None:
+    settings = host_settings(host)
+    name = settings["ray_container_name"]
+    role, run_args = desired_run_args(host)
+    if is_current(fact(host, DockerContainer, name), run_args):
+        return
+
+    replace = [f"docker rm --force {shlex.quote(name)} >/dev/null 2>&1 || true", shlex.join(with_hash_label(run_args))]
+    wait = settings["ray_head_wait_s"]
+    gcs = settings["ray_ports"]["gcs"]
+    if role == "head":
+        server.shell(name="Start the Ray head container", commands=replace)
+        server.shell(
+            name="Wait for the Ray head to listen",
+            commands=[
+                f"{wait_for_port_command(node_address(host), gcs, wait)} "
+                f"|| {{ docker logs --tail 40 {shlex.quote(name)}; exit 1; }}"
+            ],
+        )
+    else:
+        head_address = node_address(head_host())
+        server.shell(
+            name="Wait for the Ray head to answer",
+            commands=[wait_for_port_command(head_address, gcs, wait)],
+        )
+        server.shell(name="Start the Ray worker container", commands=replace)

@@ -1,0 +1,77 @@
+"""A host's rayrig settings: the defaults of ``inventories/group_data/all.py``
+overlaid with what the inventory sets for that host.
+
+pyinfra loads group data only from the inventory's folder and the working
+directory, so an inventory kept elsewhere would lose every default. rayrig
+reads the defaults file itself, so the deploy behaves the same wherever the
+inventory lives.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import runpy
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+DEFAULTS_FILE = Path(__file__).resolve().parent.parent / "inventories" / "group_data" / "all.py"
+
+#: Data keys with these prefixes belong to rayrig; an unknown one is a typo.
+PREFIXES = ("ray_", "docker_", "base_", "nvidia_", "firewall_", "storage_", "checks_")
+
+#: Dict-valued settings where a host may set only some keys (the rest keep their defaults).
+PARTIAL_DICTS = ("ray_ports",)
+
+
+@functools.cache
+def _load_defaults() -> dict[str, Any]:
+    namespace = runpy.run_path(str(DEFAULTS_FILE))
+    return {k: v for k, v in namespace.items() if k.startswith(PREFIXES)}
+
+
+def defaults() -> dict[str, Any]:
+    """Every rayrig key with its default value (a fresh copy each call)."""
+    return copy.deepcopy(_load_defaults())
+
+
+def is_rayrig_key(key: str) -> bool:
+    """Whether a data key is in rayrig's namespace (known or not)."""
+    return key.startswith(PREFIXES)
+
+
+def merge(data: Mapping[str, Any]) -> dict[str, Any]:
+    """The defaults overlaid with the rayrig keys set in ``data``.
+
+    >>> merge({"ray_role": "head", "ray_ports": {"gcs": 7000}})["ray_ports"]["dashboard"]
+    8265
+    """
+    merged = defaults()
+    for key, value in data.items():
+        if key not in merged:
+            continue
+        if key in PARTIAL_DICTS and isinstance(value, Mapping) and isinstance(merged[key], dict):
+            merged[key] = {**merged[key], **value}
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+def host_data(host: Any) -> dict[str, Any]:
+    """All data pyinfra holds for a host (inventory, groups, overrides)."""
+    return dict(host.data.dict())
+
+
+def host_settings(host: Any) -> dict[str, Any]:
+    """The effective rayrig settings of a pyinfra host."""
+    return merge(host_data(host))
+
+
+def node_address(host: Any) -> str:
+    """The address other nodes use to reach ``host``.
+
+    ``ray_node_ip`` when set, else the SSH hostname, else the inventory name.
+    """
+    data = host_data(host)
+    return str(data.get("ray_node_ip") or data.get("ssh_hostname") or host.name)

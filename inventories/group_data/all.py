@@ -1,0 +1,51 @@
+"""Every rayrig tunable, with its default.
+
+pyinfra loads this file as group data for every host when the inventory lives
+in ``inventories/``. rayrig also reads it directly (``deploy.settings``), so the
+same defaults apply to an inventory kept anywhere else. Set a key on a host or
+in your own group data to override it; ``deploy/schema.py`` validates the
+result before any host is touched. Names are prefixed by area.
+"""
+
+# --- Ray -------------------------------------------------------------------
+ray_role = "worker"  # "head" or "worker"; exactly one host of the cluster is the head
+ray_num_gpus = "auto"  # GPUs Ray may schedule on this host: an integer, or "auto" for the detected count
+ray_num_cpus = "auto"  # CPUs Ray may schedule on this host: an integer, or "auto" to let Ray count them
+ray_resources = {}  # custom resources, name -> amount, e.g. {"nvme": 1}
+ray_object_store_bytes = None  # object store size in bytes; None lets Ray size it (30% of memory)
+ray_node_ip = None  # address this node advertises and other nodes dial; None: the inventory address
+ray_version = "2.60.0"  # the Ray version every container must run (checked against the image)
+ray_image = "rayproject/ray:2.60.0-py311-gpu"  # image of the ray-node container; pin a tag or a digest
+ray_image_pull = "missing"  # "missing": pull when the image is absent; "always": pull on every deploy
+ray_container_name = "ray-node"  # name of the container that runs Ray on each host
+ray_restart_policy = "unless-stopped"  # docker restart policy of the ray-node container
+ray_shm_size = "auto"  # --shm-size of the ray-node container, e.g. "16g"; "auto": 30% of host memory
+ray_ulimit_nofile = 65536  # open-files limit in ray-node (Ray's advice); capped at the host's hard limit
+ray_dashboard_host = "127.0.0.1"  # dashboard bind address on the head; reach it through an SSH tunnel
+ray_ports = {  # every port Ray listens on, pinned so that firewalls and security groups can be exact
+    "gcs": 6379,  # GCS server on the head (ray start --port); workers join on it
+    "client_server": 10001,  # Ray client server on the head (ray://HEAD:10001)
+    "dashboard": 8265,  # dashboard and job API on the head
+    "dashboard_agent_grpc": 8266,  # dashboard agent gRPC, every node
+    "dashboard_agent_http": 52365,  # dashboard agent HTTP, every node
+    "node_manager": 6380,  # raylet, every node
+    "object_manager": 6381,  # object transfer between nodes, every node
+    "runtime_env_agent": 6382,  # runtime environment agent, every node
+    "metrics_export": 6383,  # Prometheus metrics, every node
+    "worker_min": 10002,  # first port of the worker range, every node
+    "worker_max": 10999,  # last port of the worker range, every node
+}
+ray_head_wait_s = 120  # how long the deploy waits for the head's GCS port to answer before workers join
+
+# --- Docker ----------------------------------------------------------------
+docker_source = "distro"  # where the engine comes from: "distro" packages or Docker's "docker" repository
+docker_repo_url = "https://download.docker.com/linux"  # Docker's repository (or a mirror of it)
+docker_registry_mirrors = []  # registry mirrors written to daemon.json
+docker_insecure_registries = []  # registries reached over plain HTTP, e.g. ["10.0.0.5:5000"]
+docker_log_opts = {"max-size": "100m", "max-file": "3"}  # json-file log rotation in daemon.json
+docker_daemon_options = {}  # further daemon.json keys, merged over what is there (never clobbered)
+docker_registry_auth = None  # {"registry": ..., "username": ..., "password": ...} to pull ray_image
+
+# --- Base ------------------------------------------------------------------
+base_extra_packages = []  # more OS packages to install on every host
+base_wait_timeout_s = 600  # how long to wait for cloud-init and package-manager locks on a fresh host

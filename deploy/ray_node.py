@@ -1,11 +1,17 @@
 """Ray node: the ``ray-node`` container running ``ray start`` on every host.
 
-Ensures one container per host with host networking, a restart policy, the
-declared ``--num-gpus``/``--num-cpus``/``--resources``, every Ray port pinned
-from ``ray_ports``, sized shared memory and open-files limit, and GPUs passed
+Ensures one container per host with host networking, the declared
+``--num-gpus``/``--num-cpus``/``--resources``, every Ray port pinned from
+``ray_ports``, sized shared memory and open-files limit, and GPUs passed
 through only where GPUs are declared. The head runs ``ray start --head``;
-workers run ``ray start --address=HEAD:GCS`` and retry (the restart policy)
-until the head answers.
+workers run ``ray start --address=HEAD:GCS``.
+
+A systemd unit of the container's name supervises it (``docker start
+--attach``, ``Restart=always``): a container that exits, crashes or is
+``docker kill``-ed is started again within seconds, and at boot. Docker's own
+restart policy would not do that: it treats ``docker kill`` as a deliberate
+stop. A worker whose head is not up yet simply exits and is restarted until
+the head answers.
 
 The container carries a label with a hash of its desired configuration: a
 re-run with unchanged data plans nothing, a changed value replaces the
@@ -17,15 +23,16 @@ from __future__ import annotations
 import hashlib
 import json
 import shlex
+from io import StringIO
 from typing import Any
 
 from pyinfra import host, inventory
 from pyinfra.api import deploy
 from pyinfra.api.exceptions import PyinfraError
-from pyinfra.operations import server
+from pyinfra.operations import files, server, systemd
 
 from deploy.facts import DockerContainer, HostInfo, NvidiaGpus, fact
-from deploy.settings import host_settings, merge, node_address, host_data
+from deploy.settings import host_data, host_settings, merge, node_address
 
 HASH_LABEL = "rayrig.config-hash"
 ROLE_LABEL = "rayrig.role"
@@ -104,12 +111,11 @@ def ray_start_args(
 def docker_run_args(
     settings: dict[str, Any], role: str, start_args: list[str], num_gpus: int, shm: str, nofile: int | None
 ) -> list[str]:
-    """``docker run`` arguments for the ray-node container, without the hash label."""
+    """``docker create`` arguments for the ray-node container, without the hash label."""
     args = [
-        "docker", "run", "--detach",
+        "docker", "create",
         f"--name={settings['ray_container_name']}",
         "--network=host",
-        f"--restart={settings['ray_restart_policy']}",
         f"--shm-size={shm}",
         f"--label={ROLE_LABEL}={role}",
     ]  # fmt: skip
@@ -128,7 +134,7 @@ def config_hash(run_args: list[str]) -> str:
 def with_hash_label(run_args: list[str]) -> list[str]:
     """``run_args`` with the configuration-hash label inserted before the image."""
     digest = config_hash(run_args)
-    image_at = run_args.index("--detach") + 1
+    image_at = run_args.index("create") + 1
     return run_args[:image_at] + [f"--label={HASH_LABEL}={digest}"] + run_args[image_at:]
 
 
@@ -163,15 +169,56 @@ def desired_run_args(current_host: Any) -> tuple[str, list[str]]:
     return role, docker_run_args(settings, role, start, num_gpus, shm, nofile)
 
 
+def unit_text(container: str) -> str:
+    """The systemd unit that supervises the container."""
+    return f"""[Unit]
+Description=Ray node in the {container} container (managed by rayrig)
+Requires=docker.service
+After=docker.service network-online.target
+Wants=network-online.target
+
+[Service]
+ExecStart=/usr/bin/env docker start --attach {container}
+ExecStop=/usr/bin/env docker stop --time 30 {container}
+Restart=always
+RestartSec=3
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+
 @deploy("Ray node")
 def ray_node() -> None:
     settings = host_settings(host)
     name = settings["ray_container_name"]
     role, run_args = desired_run_args(host)
+
+    unit = files.put(
+        name=f"Install the {name} systemd unit",
+        src=StringIO(unit_text(name)),
+        dest=f"/etc/systemd/system/{name}.service",
+        mode="644",
+    )
     if is_current(fact(host, DockerContainer, name), run_args):
+        systemd.daemon_reload(name="Reload systemd units", _if=unit.did_change)
+        systemd.service(
+            name=f"Keep the {name} service enabled and running",
+            service=f"{name}.service",
+            running=True,
+            enabled=True,
+        )
         return
 
-    replace = [f"docker rm --force {shlex.quote(name)} >/dev/null 2>&1 || true", shlex.join(with_hash_label(run_args))]
+    quoted = shlex.quote(name)
+    replace = [
+        "systemctl daemon-reload",
+        f"systemctl stop {quoted}.service 2>/dev/null || true",
+        f"docker rm --force {quoted} >/dev/null 2>&1 || true",
+        shlex.join(with_hash_label(run_args)),
+        f"systemctl enable --now {quoted}.service",
+        f"systemctl restart {quoted}.service",
+    ]
     wait = settings["ray_head_wait_s"]
     gcs = settings["ray_ports"]["gcs"]
     if role == "head":
@@ -180,7 +227,7 @@ def ray_node() -> None:
             name="Wait for the Ray head to listen",
             commands=[
                 f"{wait_for_port_command(node_address(host), gcs, wait)} "
-                f"|| {{ docker logs --tail 40 {shlex.quote(name)}; exit 1; }}"
+                f"|| {{ docker logs --tail 40 {quoted}; exit 1; }}"
             ],
         )
     else:

@@ -69,10 +69,6 @@ PROPERTIES: dict[str, dict[str, Any]] = {
     },
     "ray_image_pull": {"enum": ["missing", "always"], "x-expected": '"missing" or "always"'},
     "ray_container_name": {"type": "string", "pattern": _NAME, "x-expected": "a container name"},
-    "ray_restart_policy": {
-        "enum": ["no", "always", "unless-stopped", "on-failure"],
-        "x-expected": '"no", "always", "unless-stopped" or "on-failure"',
-    },
     "ray_shm_size": {
         "oneOf": [{"const": "auto"}, {"type": "string", "pattern": _SIZE}],
         "x-expected": '"auto" or a size such as "16g"',

@@ -1,0 +1,5 @@
+import sys
+
+from rayrig.cli import main
+
+sys.exit(main())

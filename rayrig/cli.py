@@ -1,0 +1,38 @@
+"""The ``rayrig`` command: the local lab, images, EC2 clusters, deploys and checks.
+
+Each area registers its own subcommands; this module only wires them up.
+Exit codes: 0 success, 1 failure, 2 bad usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+#: Modules whose ``register(subparsers)`` adds one command area each
+#: (``rayrig lab ...``, ``rayrig image ...``, ``rayrig cloud ...``, deploy/check/demo).
+AREAS = ("cloud.local", "rayrig.image", "cloud.ec2", "rayrig.run")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="rayrig", description="GPU Ray clusters with pyinfra.")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for module in AREAS:
+        importlib.import_module(module).register(commands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

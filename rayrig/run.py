@@ -1,0 +1,60 @@
+"""``rayrig deploy`` and ``rayrig demo``: thin wrappers that run pyinfra from the repository root."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from rayrig.paths import repo_root
+
+DEPLOY_FILE = "deploy/cluster.py"
+
+
+def pyinfra_command(inventory: str | Path, deploy_file: str = DEPLOY_FILE, extra: Sequence[str] = ()) -> list[str]:
+    """The pyinfra command line that runs ``deploy_file`` on ``inventory`` without prompting."""
+    return [sys.executable, "-m", "pyinfra", str(inventory), deploy_file, "-y", *extra]
+
+
+def run_pyinfra(inventory: str | Path, deploy_file: str = DEPLOY_FILE, extra: Sequence[str] = (),
+                env: dict[str, str] | None = None) -> int:  # fmt: skip
+    """Run pyinfra from the repository root (deploy files import ``deploy.*`` from there)."""
+    inventory = Path(inventory).resolve() if Path(inventory).exists() else inventory
+    command = pyinfra_command(inventory, deploy_file, extra)
+    return subprocess.call(command, cwd=repo_root(), env={**os.environ, **(env or {})})
+
+
+def _cmd_deploy(args: argparse.Namespace) -> int:
+    return run_pyinfra(args.inventory, extra=args.pyinfra_args)
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from cloud import local
+
+    started = time.monotonic()
+    local.up(hosts=args.hosts, name=args.name)
+    print(f"==> lab ready in {time.monotonic() - started:.0f} s; deploying with pyinfra", flush=True)
+    status = run_pyinfra("inventories/lab.py", env={"RAYRIG_LAB": args.name})
+    if status != 0:
+        print(f"==> the deploy failed (pyinfra exit status {status})", file=sys.stderr)
+        return 1
+    print(local.summary(args.name))
+    print(f"==> demo finished in {time.monotonic() - started:.0f} s")
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``rayrig deploy`` and ``rayrig demo``."""
+    deploy = subparsers.add_parser("deploy", help="run deploy/cluster.py on an inventory (pyinfra ... -y)")
+    deploy.add_argument("inventory", help="pyinfra inventory file, e.g. inventories/prod.py")
+    deploy.add_argument("pyinfra_args", nargs=argparse.REMAINDER, help="more pyinfra arguments (--dry, --limit ...)")
+    deploy.set_defaults(func=_cmd_deploy)
+
+    demo = subparsers.add_parser("demo", help="bring up the local lab and deploy a Ray cluster to it")
+    demo.add_argument("--hosts", type=int, default=3, help="hosts in the lab (default: %(default)s)")
+    demo.add_argument("--name", default=os.environ.get("RAYRIG_LAB", "rayrig-lab"), help="lab name")
+    demo.set_defaults(func=_cmd_demo)

@@ -30,6 +30,11 @@ class SshTarget:
 
 def run(target: SshTarget, command: str, timeout: float = 300) -> tuple[int, str]:
     """Run ``command`` on ``target``; return (exit status, stdout and stderr together)."""
+    return run_with_input(target, command, None, timeout)
+
+
+def run_with_input(target: SshTarget, command: str, stdin: str | None, timeout: float = 300) -> tuple[int, str]:
+    """Like ``run``, feeding ``stdin`` to the command (for scripts that must not be on a command line)."""
     client = paramiko.SSHClient()
     if target.known_hosts and target.known_hosts.exists():
         client.load_host_keys(str(target.known_hosts))
@@ -52,6 +57,9 @@ def run(target: SshTarget, command: str, timeout: float = 300) -> tuple[int, str
         channel.settimeout(timeout)
         channel.set_combine_stderr(True)
         channel.exec_command(command)
+        if stdin is not None:
+            channel.sendall(stdin.encode())
+        channel.shutdown_write()
         chunks = []
         while chunk := channel.recv(65536):
             chunks.append(chunk)

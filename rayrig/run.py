@@ -28,6 +28,33 @@ def run_pyinfra(inventory: str | Path, deploy_file: str = DEPLOY_FILE, extra: Se
     return subprocess.call(command, cwd=repo_root(), env={**os.environ, **(env or {})})
 
 
+def lab_summary(name: str) -> str:
+    """What a user wants after the demo: the head, ``ray status``, and the next commands."""
+    from cloud import local
+    from rayrig import remote
+
+    state = local.load_state(name)
+    if state is None:
+        return f"no lab named {name!r}: run `rayrig lab up --name {name}`"
+    head = next(h for h in state["hosts"] if h["role"] == "head")
+    target = remote.SshTarget(head["address"], state["ssh_user"], Path(state["ssh_key"]), Path(state["known_hosts"]))
+    status, output = remote.run(target, "sudo docker exec ray-node ray status", timeout=120)
+    tunnel = " ".join(target.ssh_command("-N", "-L", "8265:127.0.0.1:8265"))
+    lines = [
+        "",
+        f"==> Ray cluster on lab {name}: head {head['address']} ({len(state['hosts'])} hosts)",
+        "==> ray status (inside the head's ray-node container):",
+        output.rstrip() if status == 0 else f"ray status failed ({status}):\n{output.rstrip()}",
+        "",
+        "Next:",
+        f"  dashboard:  {tunnel}",
+        "              then open http://127.0.0.1:8265",
+        f"  a shell:    {' '.join(target.ssh_command())}",
+        f"  tear down:  make lab-down   (or: rayrig lab down --name {name})",
+    ]
+    return "\n".join(lines)
+
+
 def _cmd_deploy(args: argparse.Namespace) -> int:
     return run_pyinfra(args.inventory, extra=args.pyinfra_args)
 
@@ -42,7 +69,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     if status != 0:
         print(f"==> the deploy failed (pyinfra exit status {status})", file=sys.stderr)
         return 1
-    print(local.summary(args.name))
+    print(lab_summary(args.name))
     print(f"==> demo finished in {time.monotonic() - started:.0f} s")
     return 0
 

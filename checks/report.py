@@ -1,0 +1,212 @@
+"""Present a benchmark report: terminal tables, the JSON file, a bandwidth plot.
+
+Plain text with aligned columns, so it reads the same in a terminal, in
+pyinfra's output and in a CI log. matplotlib is optional
+(``pip install rayrig[plot]``): :func:`plot_busbw` returns ``None`` without it.
+
+Example::
+
+    verdict = evaluate(report)
+    print(render(report, verdict))
+    write_json(report, "bench.json")
+    plot_busbw(report, "busbw.png")
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from .verdict import Verdict, spec_fractions
+
+PLOT_INSTALL_HINT = "matplotlib is not installed: install it with `pip install rayrig[plot]` to get the plot"
+
+
+def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], right: Sequence[int] = ()) -> str:
+    """Columns padded to their widest cell; column indexes in ``right`` are right-aligned."""
+    cells = [[str(h) for h in headers]] + [["" if c is None else str(c) for c in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+
+    def line(row: list[str]) -> str:
+        parts = [c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))]
+        return "  ".join(parts).rstrip()
+
+    rule = "  ".join("-" * w for w in widths)
+    return "\n".join([line(cells[0]), rule] + [line(row) for row in cells[1:]])
+
+
+def _num(value: Any, digits: int = 1) -> str:
+    return f"{value:.{digits}f}" if isinstance(value, (int, float)) else "-"
+
+
+def _pct(value: float | None) -> str:
+    return f"{value:.0%}" if value is not None else "-"
+
+
+def _size(nbytes: float) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:g} {unit}"
+    return f"{nbytes:g} B"
+
+
+def _short_model(model: str, width: int = 32) -> str:
+    return model if len(model) <= width else model[: width - 1] + "…"
+
+
+def render_devices(report: dict[str, Any], verdict: Verdict | None = None) -> str:
+    """One row per measured device: host, device, model, matmul TFLOPS and its
+    % of spec, copy GB/s and its % of spec, h2d GB/s, and the verdict's flags."""
+    headers = ["host", "device", "model", "matmul TFLOPS", "% spec", "copy GB/s", "% spec", "h2d GB/s", "flags"]
+    rows = []
+    for entry in report.get("devices") or []:
+        fractions = spec_fractions(entry)
+        matmul = entry.get("matmul") or {}
+        dtype = matmul.get("dtype")
+        tflops = _num(matmul.get("tflops"), 3 if entry.get("kind") == "cpu" else 1)
+        flags = verdict.flags(entry.get("host"), entry.get("device")) if verdict else []
+        if entry.get("skipped"):
+            flags = ["skipped"]
+        rows.append(
+            [
+                entry.get("host") or "?",
+                entry.get("device") or "?",
+                _short_model(str(entry.get("model") or "?")),
+                f"{tflops} {dtype}" if dtype and tflops != "-" else tflops,
+                _pct(fractions["matmul"]),
+                _num((entry.get("copy") or {}).get("gbps")),
+                _pct(fractions["copy"]),
+                _num((entry.get("h2d") or {}).get("gbps")),
+                ",".join(flags),
+            ]
+        )
+    return format_table(headers, rows, right=(3, 4, 5, 6, 7))
+
+
+def render_allreduce(report: dict[str, Any]) -> str:
+    """The all-reduce sweep: size, time per call, algbw and busbw (GB/s)."""
+    data = report.get("allreduce")
+    if not data:
+        return "all-reduce: not run"
+    head = f"all-reduce: {data.get('world_size')} ranks, {data.get('backend')}"
+    if data.get("error"):
+        return f"{head}: FAILED: {data['error']}"
+    rows = [
+        [
+            _size(row["bytes"]),
+            f"{row['time_s'] * 1e3:.3f}",
+            _num(row.get("algbw_gbps"), 2),
+            _num(row.get("busbw_gbps"), 2),
+            "ok" if row.get("values_ok", True) else "WRONG",
+        ]
+        for row in data.get("sweep") or []
+    ]
+    table = format_table(["size", "time ms", "algbw GB/s", "busbw GB/s", "values"], rows, right=(0, 1, 2, 3))
+    return f"{head}\n{table}"
+
+
+def render_sweep_test(report: dict[str, Any]) -> str:
+    """The scheduling smoke test: tasks finished and where they ran."""
+    data = report.get("sweep_test")
+    if not data:
+        return "scheduling smoke test: not run"
+    lines = [
+        f"scheduling smoke test: {data.get('completed', 0)}/{data.get('tasks', 0)} tasks finished "
+        f"in {_num(data.get('elapsed_s'))} s"
+    ]
+    for host, count in sorted((data.get("per_node") or {}).items()):
+        lines.append(f"  {host}: {count} tasks")
+    for host in data.get("missing_nodes") or []:
+        lines.append(f"  {host}: NO TASK RAN HERE")
+    if data.get("error"):
+        lines.append(f"  error: {data['error']}")
+    return "\n".join(lines)
+
+
+def render_verdict(verdict: Verdict) -> str:
+    """``VERDICT: FAIL`` followed by one line per reason, the failures first."""
+    order = {"FAIL": 0, "WARN": 1, "INFO": 2}
+    reasons = sorted(verdict.reasons, key=lambda r: order.get(r.level, 3))
+    lines = [f"VERDICT: {verdict.status}"]
+    lines += [f"  {r.level:<4}  {r.message}" for r in reasons]
+    if verdict.slow_hosts:
+        lines.append(f"  SLOW HOSTS: {', '.join(verdict.slow_hosts)}")
+    return "\n".join(lines)
+
+
+def render(report: dict[str, Any], verdict: Verdict | None = None) -> str:
+    """Everything above, in the order a reader wants it: devices, all-reduce,
+    smoke test, timing, verdict."""
+    parts = [render_devices(report, verdict)]
+    if report.get("mode") == "cluster" or report.get("allreduce"):
+        parts.append(render_allreduce(report))
+    if report.get("mode") == "cluster" or report.get("sweep_test"):
+        parts.append(render_sweep_test(report))
+    timing = report.get("timing") or {}
+    if timing:
+        parts.append("timing: " + ", ".join(f"{k} {_num(v)} s" for k, v in timing.items()))
+    if verdict is not None:
+        parts.append(render_verdict(verdict))
+    return "\n\n".join(parts)
+
+
+def write_json(report: dict[str, Any], path: str | os.PathLike[str]) -> Path:
+    """Write ``report`` as indented JSON, atomically (a reader never sees half
+    a file); creates the parent folder. Returns the path."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(report, fh, indent=2, sort_keys=False, default=str)
+            fh.write("\n")
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target
+
+
+def plot_busbw(report: dict[str, Any], path: str | os.PathLike[str]) -> Path | None:
+    """A PNG of all-reduce bus bandwidth (GB/s) against message size.
+
+    Returns the path, or ``None`` when there is no all-reduce sweep to plot or
+    matplotlib is missing (then it prints how to install it to stderr).
+    """
+    data = report.get("allreduce") or {}
+    sweep = [row for row in data.get("sweep") or [] if isinstance(row.get("busbw_gbps"), (int, float))]
+    if not sweep:
+        return None
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print(PLOT_INSTALL_HINT, file=sys.stderr)
+        return None
+    sizes = [row["bytes"] for row in sweep]
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    try:
+        ax.plot(sizes, [row["busbw_gbps"] for row in sweep], marker="o", label="bus bandwidth")
+        ax.plot(sizes, [row["algbw_gbps"] for row in sweep], marker=".", linestyle="--", label="algorithm bandwidth")
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(sizes)
+        ax.set_xticklabels([_size(s) for s in sizes], rotation=45, ha="right")
+        ax.set_xlabel("message size")
+        ax.set_ylabel("GB/s")
+        ax.set_title(f"all-reduce, {data.get('world_size')} ranks ({data.get('backend')})")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend()
+        fig.tight_layout()
+        target = Path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(target, dpi=120)
+    finally:
+        plt.close(fig)
+    return target

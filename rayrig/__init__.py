@@ -1,0 +1,3 @@
+"""rayrig: GPU Ray clusters with pyinfra."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,215 @@
+"""Pure helpers of the local lab (cloud/local.py), its inventory and the image code."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from cloud import local
+from rayrig import image, paths
+
+ROUTE_TABLE = """\
+Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT
+eth0\t00000000\t0100A8C0\t0003\t0\t0\t0\t00000000\t0\t0\t0
+eth0\t0000A8C0\t00000000\t0001\t0\t0\t0\t00FFFFFF\t0\t0\t0
+docker0\t000011AC\t00000000\t0001\t0\t0\t0\t0000FFFF\t0\t0\t0
+br-1\t0000D50A\t00000000\t0001\t0\t0\t0\t00FFFFFF\t0\t0\t0
+"""
+
+
+def test_parse_proc_net_route_reads_networks_and_skips_default():
+    assert local.parse_proc_net_route(ROUTE_TABLE) == ["192.168.0.0/24", "172.17.0.0/16", "10.213.0.0/24"]
+
+
+def test_choose_subnet_prefers_10_213():
+    assert local.choose_subnet(["172.17.0.0/16", "192.168.0.0/24"]) == "10.213.0.0/24"
+
+
+def test_choose_subnet_skips_taken_and_overlapping_networks():
+    # 10.213.0.0/24 is taken; a /16 route covers every 10.214.x.0/24 candidate.
+    taken = ["10.213.0.0/24", "10.213.1.0/24", "10.214.0.0/16"]
+    assert local.choose_subnet(taken) == "10.213.2.0/24"
+    assert local.choose_subnet(["10.213.0.0/16", "10.214.0.0/16"]) == "10.215.0.0/24"
+
+
+def test_choose_subnet_fails_when_everything_is_taken():
+    with pytest.raises(RuntimeError, match="no free /24"):
+        local.choose_subnet(["10.0.0.0/8"])
+
+
+def test_addresses_follow_the_subnet():
+    assert local.host_address("10.213.0.0/24", 1) == "10.213.0.10"
+    assert local.host_address("10.220.3.0/24", 3) == "10.220.3.12"
+    assert local.registry_address("10.220.3.0/24") == "10.220.3.2:5000"
+    with pytest.raises(ValueError, match="does not fit"):
+        local.host_address("10.213.0.0/24", 300)
+
+
+def test_host_run_flags_without_privileged_drop_sys_resource_and_mount_cgroups():
+    flags = local.host_run_flags(privileged=False, cgroup_version="1")
+    assert "--privileged" not in flags
+    assert flags[flags.index("--cap-drop") + 1] == "SYS_RESOURCE"
+    assert "seccomp=unconfined" in flags and "--cgroupns=host" in flags
+    assert "/sys/fs/cgroup:/sys/fs/cgroup:rw" in flags
+    assert flags[flags.index("--device") + 1] == "/dev/fuse"
+
+
+def test_host_run_flags_prefer_privileged_where_it_works():
+    flags = local.host_run_flags(privileged=True, cgroup_version="2")
+    assert "--privileged" in flags and "--cap-add" not in flags
+    assert "--cgroupns=private" in flags and "/sys/fs/cgroup:/sys/fs/cgroup:rw" not in flags
+
+
+def _state(tmp_path: Path, hosts: int = 3, subnet: str = "10.213.0.0/24") -> dict:
+    return local.make_state("lab-x", subnet, hosts, tmp_path / "id_ed25519", tmp_path / "known_hosts")
+
+
+def test_make_state_shape(tmp_path):
+    state = _state(tmp_path, subnet="10.217.0.0/24")
+    assert state["registry"] == "10.217.0.2:5000"
+    assert state["image"] == "10.217.0.2:5000/rayrig/lab-ray:2.60.0"
+    assert state["network"] == "lab-x-net" and state["ssh_user"] == "rayrig"
+    assert [h["role"] for h in state["hosts"]] == ["head", "worker", "worker"]
+    assert state["hosts"][1] == {
+        "name": "lab-x-2",
+        "container": "lab-x-host-2",
+        "address": "10.217.0.11",
+        "role": "worker",
+        "num_cpus": 2,
+        "resources": {"lab-x-2": 1},
+    }
+    json.dumps(state)  # state.json must be plain JSON
+
+
+def test_inventory_groups_follow_the_data_contract(tmp_path):
+    groups = local.inventory_groups(_state(tmp_path))
+    assert [name for name, _ in groups["heads"]] == ["10.213.0.10"]
+    assert [name for name, _ in groups["workers"]] == ["10.213.0.11", "10.213.0.12"]
+    name, data = groups["workers"][0]
+    assert data["ray_role"] == "worker" and data["ray_node_ip"] == name
+    assert data["ray_resources"] == {"lab-x-2": 1}
+    assert data["ray_num_gpus"] == 0 and data["ray_num_cpus"] == 2
+    assert data["ray_image"] == "10.213.0.2:5000/rayrig/lab-ray:2.60.0"
+    assert data["docker_insecure_registries"] == ["10.213.0.2:5000"]
+    assert data["ssh_strict_host_key_checking"] == "yes" and data["_sudo"] is True
+    assert data["ssh_known_hosts_file"] == str(tmp_path / "known_hosts")
+
+
+def test_inventory_keys_are_known_to_the_contract(tmp_path):
+    spec = importlib.util.spec_from_file_location("all_defaults", paths.repo_root() / "inventories/group_data/all.py")
+    defaults = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(defaults)
+    _, data = local.inventory_groups(_state(tmp_path))["heads"][0]
+    rayrig_keys = {k for k in data if k.startswith(("ray_", "docker_", "base_"))}
+    assert rayrig_keys <= set(vars(defaults)), rayrig_keys - set(vars(defaults))
+
+
+def test_known_hosts_text_pins_each_address_and_drops_comments():
+    text = local.known_hosts_text(
+        [
+            ("10.213.0.11", "ssh-ed25519 AAAAB root@lab-x-2"),
+            ("10.213.0.10", "ssh-ed25519 AAAAA root@lab-x-1"),
+            ("10.213.0.10", "ssh-ed25519 AAAAA root@lab-x-1"),
+        ]
+    )
+    assert text == "10.213.0.10 ssh-ed25519 AAAAA\n10.213.0.11 ssh-ed25519 AAAAB\n"
+
+
+def test_lab_inventory_file_reads_the_state(tmp_path, monkeypatch):
+    monkeypatch.setenv("RAYRIG_STATE_DIR", str(tmp_path))
+    monkeypatch.setenv("RAYRIG_LAB", "lab-x")
+    inventory = paths.repo_root() / "inventories" / "lab.py"
+
+    def load():
+        spec = importlib.util.spec_from_file_location("lab_inventory", inventory)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    with pytest.raises(RuntimeError, match=r"rayrig lab up --name lab-x"):
+        load()
+    directory = paths.lab_dir("lab-x")
+    directory.mkdir(parents=True)
+    (directory / "state.json").write_text(json.dumps(_state(tmp_path, hosts=2)))
+    module = load()
+    assert [h for h, _ in module.heads] == ["10.213.0.10"]
+    assert [h for h, _ in module.workers] == ["10.213.0.11"]
+
+
+def test_state_dir_honours_the_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("RAYRIG_STATE_DIR", str(tmp_path))
+    assert paths.state_dir() == tmp_path
+    assert paths.lab_dir("a") == tmp_path / "labs" / "a"
+    monkeypatch.delenv("RAYRIG_STATE_DIR")
+    assert paths.state_dir() == paths.repo_root() / ".rayrig"
+    with pytest.raises(ValueError, match="invalid lab name"):
+        paths.lab_dir("../x")
+
+
+def test_manylinux_platforms_cover_older_tags():
+    tags = image.manylinux_platforms((2, 36))
+    assert tags[0] == "manylinux_2_36_x86_64"
+    assert {"manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux1_x86_64"} <= set(tags)
+    assert "manylinux_2_37_x86_64" not in tags
+
+
+def test_pip_download_command_targets_the_image_python(tmp_path):
+    cmd = image.pip_download_command(tmp_path, ["ray[default,train]==2.60.0", "torch==2.13.0"], "3.11")
+    assert cmd[1:4] == ["-m", "pip", "download"]
+    assert "--only-binary=:all:" in cmd
+    assert cmd[cmd.index("--abi") + 1] == "cp311" and cmd[cmd.index("--python-version") + 1] == "3.11"
+    assert cmd[-2:] == ["ray[default,train]==2.60.0", "torch==2.13.0"]
+
+
+def test_wheelhouse_requirements():
+    assert image.wheelhouse_requirements("2.60.0", ["pyyaml"]) == [
+        "ray[default,train]==2.60.0",
+        "torch==2.13.0",
+        "pyyaml",
+    ]
+    assert image.wheelhouse_requirements("2.60.0", torch_requirement=None) == ["ray[default,train]==2.60.0"]
+
+
+def test_image_inputs_hash_changes_with_every_input():
+    files = {"Dockerfile": b"FROM x\n", "install-ray.sh": b"echo\n"}
+    args = {"RAY_VERSION": "2.60.0"}
+    base = image.image_inputs_hash(files, args, "sha256:aaa", ["ray-2.60.0-cp311.whl"])
+    assert base == image.image_inputs_hash(dict(reversed(files.items())), args, "sha256:aaa", ["ray-2.60.0-cp311.whl"])
+    variants = [
+        image.image_inputs_hash({**files, "Dockerfile": b"FROM y\n"}, args, "sha256:aaa", ["ray-2.60.0-cp311.whl"]),
+        image.image_inputs_hash(files, {"RAY_VERSION": "2.61.0"}, "sha256:aaa", ["ray-2.60.0-cp311.whl"]),
+        image.image_inputs_hash(files, args, "sha256:bbb", ["ray-2.60.0-cp311.whl"]),
+        image.image_inputs_hash(files, args, "sha256:aaa", ["ray-2.61.0-cp311.whl"]),
+        image.image_inputs_hash(files, args, "sha256:aaa", []),
+    ]
+    assert len({base, *variants}) == 6
+
+
+def test_ray_image_context_has_the_dockerfile_and_its_scripts():
+    files = image._context_files(image.dockerfile_dir())
+    assert {"Dockerfile", "ensure-python.sh", "install-ray.sh"} <= set(files)
+    dockerfile = files["Dockerfile"].decode()
+    assert "ARG BASE_IMAGE" in dockerfile and "ARG RAY_VERSION" in dockerfile
+
+
+def test_lab_ray_version_matches_the_contract_default():
+    text = (paths.repo_root() / "inventories/group_data/all.py").read_text()
+    assert f'ray_version = "{local.RAY_VERSION}"' in text
+
+
+def test_stream_command_throttles_output_and_reports_failures():
+    shown: list[str] = []
+    lines = image.stream_command(
+        ["sh", "-c", "for i in 1 2 3 4 5; do echo line$i; done; echo Step 2/2"],
+        shown.append,
+        "> ",
+        every_s=3600,
+        always=lambda line: line.startswith("Step"),
+    )
+    assert lines == ["line1", "line2", "line3", "line4", "line5", "Step 2/2"]
+    assert shown == ["> line1", "> Step 2/2 (+4 lines)"]
+    with pytest.raises(image.CommandError, match=r"exit status 3[\s\S]*boom"):
+        image.stream_command(["sh", "-c", "echo boom; exit 3"], shown.append, "> ")

@@ -14,8 +14,8 @@ import shlex
 from io import StringIO
 from typing import Any
 
-from pyinfra import host
-from pyinfra.api import deploy
+from pyinfra import host, state
+from pyinfra.api import deploy, operation
 from pyinfra.operations import files, server
 
 from deploy.facts import DockerImageId, fact
@@ -41,17 +41,33 @@ def needs_pull(settings: dict[str, Any], image_id: str | None) -> bool:
     return settings["ray_image_pull"] == "always" or image_id is None
 
 
+@operation()
+def put_secret_file(src: StringIO, dest: str, mode: str = "600"):
+    """``files.put`` of a file holding a secret: never shown by ``pyinfra --diff``.
+
+    ``files.put`` prints the old and new content of a file when the diff is on;
+    for a credentials file that would print the credentials. (``src`` is a
+    StringIO, which pyinfra names by its hash wherever it lists arguments.)
+
+        put_secret_file(name="Store the login", src=StringIO(text), dest="/etc/app/auth.json")
+    """
+    diff, state.config.DIFF = state.config.DIFF, False
+    try:
+        yield from files.put._inner(src=src, dest=dest, mode=mode)
+    finally:
+        state.config.DIFF = diff
+
+
 @deploy("Ray image")
 def image() -> None:
     settings = host_settings(host)
     auth = settings["docker_registry_auth"]
     if auth:
         files.directory(name="Create rayrig's Docker config directory", path=DOCKER_CONFIG_DIR, mode="700")
-        files.put(
+        put_secret_file(
             name=f"Store the login for {auth['registry']}",
             src=StringIO(registry_config(auth)),
             dest=f"{DOCKER_CONFIG_DIR}/config.json",
-            mode="600",
         )
     if needs_pull(settings, fact(host, DockerImageId, settings["ray_image"])):
         server.shell(name=f"Pull {settings['ray_image']}", commands=[pull_command(settings["ray_image"], bool(auth))])

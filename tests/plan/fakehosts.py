@@ -1,0 +1,498 @@
+"""Fake hosts for plan tests: pyinfra ``@fake`` host data whose ``fake_responses``
+answer every fact rayrig's deploy reads, per OS and per state.
+
+States:
+
+- ``"fresh"``: nothing installed. Base packages and Docker are missing, no
+  daemon.json, no image, no ray-node container, no rayrig file on disk.
+- ``"converged"``: a previous deploy with the same data completed. Every
+  package is installed (in the ``dpkg -l`` / ``rpm -qa`` formats pyinfra's
+  DebPackages/RpmPackages facts parse), every file rayrig puts is there with
+  its mode and sha1, daemon.json holds the merged keys, Docker is enabled and
+  running, the image is present and ``ray-node`` runs with the hash label of
+  the desired configuration.
+
+The converged answers are built from the host's data independently of the
+deploy modules' operations: file contents are written out here, and the
+container's hash comes from the pure argument builders of ``deploy.ray_node``
+(``ray_start_args``/``docker_run_args``/``config_hash``), fed with the same
+facts the fake host reports.
+
+A fake connector matcher is a substring of the fact's shell command; the
+first match wins, so specific matchers (a path) come before generic ones.
+
+    hosts = cluster("ubuntu22", "fresh", gpus={"@fake/head": 8})
+    # -> [("@fake/head", {...data, "fake_responses": {...}}), ...]
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from deploy import ray_node, settings
+from deploy.docker import merge_daemon_config
+from deploy.image import registry_config
+
+FRESH = "fresh"
+CONVERGED = "converged"
+STATES = (FRESH, CONVERGED)
+
+# Real /etc/os-release files of the supported systems.
+OS_RELEASE: dict[str, list[str]] = {
+    "ubuntu22": [
+        'PRETTY_NAME="Ubuntu 22.04.4 LTS"',
+        'NAME="Ubuntu"',
+        'VERSION_ID="22.04"',
+        'VERSION="22.04.4 LTS (Jammy Jellyfish)"',
+        "VERSION_CODENAME=jammy",
+        "ID=ubuntu",
+        "ID_LIKE=debian",
+        'HOME_URL="https://www.ubuntu.com/"',
+        'SUPPORT_URL="https://help.ubuntu.com/"',
+        'BUG_REPORT_URL="https://bugs.launchpad.net/ubuntu/"',
+        'PRIVACY_POLICY_URL="https://www.ubuntu.com/legal/terms-and-policies/privacy-policy"',
+        "UBUNTU_CODENAME=jammy",
+    ],
+    "ubuntu24": [
+        'PRETTY_NAME="Ubuntu 24.04.1 LTS"',
+        'NAME="Ubuntu"',
+        'VERSION_ID="24.04"',
+        'VERSION="24.04.1 LTS (Noble Numbat)"',
+        "VERSION_CODENAME=noble",
+        "ID=ubuntu",
+        "ID_LIKE=debian",
+        'HOME_URL="https://www.ubuntu.com/"',
+        'SUPPORT_URL="https://help.ubuntu.com/"',
+        'BUG_REPORT_URL="https://bugs.launchpad.net/ubuntu/"',
+        'PRIVACY_POLICY_URL="https://www.ubuntu.com/legal/terms-and-policies/privacy-policy"',
+        "UBUNTU_CODENAME=noble",
+        "LOGO=ubuntu-logo",
+    ],
+    "debian12": [
+        'PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"',
+        'NAME="Debian GNU/Linux"',
+        'VERSION_ID="12"',
+        'VERSION="12 (bookworm)"',
+        "VERSION_CODENAME=bookworm",
+        "ID=debian",
+        'HOME_URL="https://www.debian.org/"',
+        'SUPPORT_URL="https://www.debian.org/support"',
+        'BUG_REPORT_URL="https://bugs.debian.org/"',
+    ],
+    "rocky9": [
+        'NAME="Rocky Linux"',
+        'VERSION="9.4 (Blue Onyx)"',
+        'ID="rocky"',
+        'ID_LIKE="rhel centos fedora"',
+        'VERSION_ID="9.4"',
+        'PLATFORM_ID="platform:el9"',
+        'PRETTY_NAME="Rocky Linux 9.4 (Blue Onyx)"',
+        'ANSI_COLOR="0;32"',
+        'LOGO="fedora-logo-icon"',
+        'CPE_NAME="cpe:/o:rocky:rocky:9::baseos"',
+        'HOME_URL="https://rockylinux.org/"',
+        'BUG_REPORT_URL="https://bugs.rockylinux.org/"',
+        'SUPPORT_END="2032-05-31"',
+        'ROCKY_SUPPORT_PRODUCT="Rocky-Linux-9"',
+        'ROCKY_SUPPORT_PRODUCT_VERSION="9.4"',
+        'REDHAT_SUPPORT_PRODUCT="Rocky Linux"',
+        'REDHAT_SUPPORT_PRODUCT_VERSION="9.4"',
+    ],
+    "al2023": [
+        'NAME="Amazon Linux"',
+        'VERSION="2023"',
+        'ID="amzn"',
+        'ID_LIKE="fedora"',
+        'VERSION_ID="2023"',
+        'PLATFORM_ID="platform:al2023"',
+        'PRETTY_NAME="Amazon Linux 2023.5.20240916"',
+        'ANSI_COLOR="0;33"',
+        'CPE_NAME="cpe:2.3:o:amazon:amazon_linux:2023"',
+        'HOME_URL="https://aws.amazon.com/linux/amazon-linux-2023/"',
+        'DOCUMENTATION_URL="https://docs.aws.amazon.com/linux/"',
+        'SUPPORT_URL="https://aws.amazon.com/premiumsupport/"',
+        'BUG_REPORT_URL="https://github.com/amazonlinux/amazon-linux-2023"',
+        'VENDOR_NAME="AWS"',
+        'VENDOR_URL="https://aws.amazon.com/"',
+        'SUPPORT_END="2028-03-15"',
+    ],
+    # Not supported by rayrig: for the error path.
+    "centos7": [
+        'NAME="CentOS Linux"',
+        'VERSION="7 (Core)"',
+        'ID="centos"',
+        'ID_LIKE="rhel fedora"',
+        'VERSION_ID="7"',
+        'PRETTY_NAME="CentOS Linux 7 (Core)"',
+    ],
+}
+
+#: The supported systems, in the order tests report them.
+OSES = ("ubuntu22", "ubuntu24", "debian12", "rocky9", "al2023")
+
+FAMILY = {"ubuntu22": "apt", "ubuntu24": "apt", "debian12": "apt", "rocky9": "dnf", "al2023": "dnf", "centos7": "dnf"}
+CODENAME = {"ubuntu22": "jammy", "ubuntu24": "noble", "debian12": "bookworm"}
+DOCKER_REPO_PATH = {"ubuntu22": "ubuntu", "ubuntu24": "ubuntu", "debian12": "debian", "rocky9": "centos"}
+
+DOCKER_CE = ("docker-ce", "docker-ce-cli", "containerd.io", "docker-buildx-plugin")
+BASE_PACKAGES = {
+    "ubuntu22": ("ca-certificates", "curl", "gnupg"),
+    "ubuntu24": ("ca-certificates", "curl", "gnupg"),
+    "debian12": ("ca-certificates", "curl", "gnupg"),
+    "rocky9": ("ca-certificates", "curl", "gnupg2"),
+    "al2023": ("ca-certificates", "curl-minimal", "gnupg2-minimal"),
+}
+#: The engine a converged host runs, per OS and docker_source.
+ENGINE_PACKAGES = {
+    ("ubuntu22", "distro"): ("docker.io",),
+    ("ubuntu24", "distro"): ("docker.io",),
+    ("debian12", "distro"): ("docker.io",),
+    ("ubuntu22", "docker"): DOCKER_CE,
+    ("ubuntu24", "docker"): DOCKER_CE,
+    ("debian12", "docker"): DOCKER_CE,
+    ("rocky9", "distro"): DOCKER_CE,  # RHEL 9 ships no Docker
+    ("rocky9", "docker"): DOCKER_CE,
+    ("al2023", "distro"): ("docker",),  # no Docker CE repository for Amazon Linux
+    ("al2023", "docker"): ("docker",),
+}
+#: Packages every host has, installed or not by rayrig (so the package facts are never empty).
+PREINSTALLED = ("bash", "coreutils", "openssh-server", "systemd")
+
+H100 = "NVIDIA H100 80GB HBM3, 550.54.15, 81559"
+MEM_KB = 527_958_284  # a 512 GiB server
+NOFILE_HARD = 1_048_576
+IMAGE_ID = "sha256:" + "ab" * 32
+CONTAINER_ID = "c0ffee" * 10 + "beef"
+
+APT_LOCK_CONF = "/etc/apt/apt.conf.d/90rayrig-lock-timeout"
+APT_KEYRING = "/etc/apt/keyrings/docker.asc"
+APT_DOCKER_LIST = "/etc/apt/sources.list.d/docker.list"
+DNF_DOCKER_REPO = "/etc/yum.repos.d/docker-ce.repo"
+DAEMON_JSON = "/etc/docker/daemon.json"
+REGISTRY_CONFIG = "/etc/rayrig/docker/config.json"
+
+
+# --- Expected files on a converged host ---------------------------------------------------------
+
+
+def expected_files(os_name: str, data: Mapping[str, Any]) -> dict[str, tuple[str, int]]:
+    """path -> (content, mode) of every file rayrig puts on a host with ``data``."""
+    s = settings.merge(data)
+    files: dict[str, tuple[str, int]] = {}
+    if FAMILY[os_name] == "apt":
+        files[APT_LOCK_CONF] = (f'DPkg::Lock::Timeout "{s["base_wait_timeout_s"]}";\n', 644)
+    if uses_docker_repo(os_name, s["docker_source"]):
+        base = f"{s['docker_repo_url'].rstrip('/')}/{DOCKER_REPO_PATH[os_name]}"
+        if FAMILY[os_name] == "apt":
+            files[APT_KEYRING] = ("-----BEGIN PGP PUBLIC KEY BLOCK-----\n", 644)
+            files[APT_DOCKER_LIST] = (
+                f"deb [arch=amd64 signed-by={APT_KEYRING}] {base} {CODENAME[os_name]} stable\n",
+                644,
+            )
+        else:
+            files[DNF_DOCKER_REPO] = (
+                "[docker-ce-stable]\n"
+                "name=Docker CE Stable\n"
+                f"baseurl={base}/$releasever/$basearch/stable\n"
+                "enabled=1\n"
+                "gpgcheck=1\n"
+                f"gpgkey={base}/gpg\n",
+                644,
+            )
+    if s["docker_registry_auth"]:
+        files[REGISTRY_CONFIG] = (registry_config(s["docker_registry_auth"]), 600)
+    name = s["ray_container_name"]
+    files[f"/etc/systemd/system/{name}.service"] = (ray_node.unit_text(name), 644)
+    return files
+
+
+#: Directories every host of a family has before rayrig runs.
+SYSTEM_DIRS = {
+    "apt": ("/etc/apt/apt.conf.d", "/etc/apt/sources.list.d", "/etc/systemd/system"),
+    "dnf": ("/etc/yum.repos.d", "/etc/systemd/system"),
+}
+
+
+def expected_dirs(os_name: str, data: Mapping[str, Any]) -> dict[str, int]:
+    """path -> mode of every directory rayrig creates on a host with ``data``."""
+    s = settings.merge(data)
+    dirs = {"/etc/docker": 755}
+    if FAMILY[os_name] == "apt" and uses_docker_repo(os_name, s["docker_source"]):
+        dirs["/etc/apt/keyrings"] = 755
+    if s["docker_registry_auth"]:
+        dirs["/etc/rayrig/docker"] = 700
+    return dirs
+
+
+def uses_docker_repo(os_name: str, source: str) -> bool:
+    return os_name in DOCKER_REPO_PATH and ENGINE_PACKAGES[(os_name, source)] == DOCKER_CE
+
+
+def expected_packages(os_name: str, data: Mapping[str, Any]) -> tuple[str, ...]:
+    s = settings.merge(data)
+    return (*BASE_PACKAGES[os_name], *ENGINE_PACKAGES[(os_name, s["docker_source"])], *s["base_extra_packages"])
+
+
+def expected_run_args(
+    data: Mapping[str, Any], node_ip: str, head_ip: str, gpus: int = 0,
+    mem_kb: int = MEM_KB, nofile_hard: int | None = NOFILE_HARD,
+) -> list[str]:  # fmt: skip
+    """The ``docker create`` arguments (without the hash label) the deploy wants for a host,
+    built with the pure helpers of ``deploy.ray_node`` from the host's data and facts."""
+    s = settings.merge(data)
+    num_gpus = gpus if s["ray_num_gpus"] == "auto" else int(s["ray_num_gpus"])
+    start = ray_node.ray_start_args(s, s["ray_role"], node_ip, head_ip, num_gpus)
+    shm = ray_node.shm_size(s["ray_shm_size"], mem_kb * 1024)
+    nofile = ray_node.nofile_limit(s["ray_ulimit_nofile"], nofile_hard)
+    return ray_node.docker_run_args(s, s["ray_role"], start, num_gpus, shm, nofile)
+
+
+# --- Fact answers --------------------------------------------------------------------------------
+
+
+def _stat_line(path: str, mode: int, kind: str = "file") -> str:
+    flag = {"file": "-", "directory": "d"}[kind]
+    bits = "".join(
+        ("r" if d & 4 else "-") + ("w" if d & 2 else "-") + ("x" if d & 1 else "-") for d in map(int, f"{mode:03d}")
+    )
+    return (
+        f"user=root group=root mode={flag}{bits} atime=1718000000 mtime=1718000000 ctime=1718000000 size=4096 '{path}'"
+    )
+
+
+def _stat_matcher(path: str) -> str:
+    """Substring of pyinfra's File/Directory fact command for ``path``."""
+    return f"test -e {path} || test -L {path} )"
+
+
+def _sha1_matcher(path: str) -> str:
+    """Substring of pyinfra's Sha1File fact command for ``path``."""
+    return f"test -e {path} && ( sha1sum {path}"
+
+
+def _dpkg_lines(packages: Iterable[str]) -> list[str]:
+    lines = [
+        "Desired=Unknown/Install/Remove/Purge/Hold",
+        "| Status=Not/Inst/Conf-files/Unpacked/halF-conf/Half-inst/trig-aWait/Trig-pend",
+        "|/ Err?=(none)/Reinst-required (Status,Err: uppercase=bad)",
+        "||/ Name           Version            Architecture Description",
+        "+++-==============-==================-============-=================================",
+    ]
+    return lines + [f"ii  {name:<14} 1.0-1ubuntu0.1     amd64        {name} package" for name in packages]
+
+
+def _rpm_lines(packages: Iterable[str]) -> list[str]:
+    return [f"{name} 1.0-1.el9" for name in packages]
+
+
+def _systemd(unit: str, key: str, value: str) -> list[str]:
+    return [f"Id={unit}", f"{key}={value}", ""]
+
+
+def container_json(name: str, image: str, labels: Mapping[str, str], running: bool = True) -> str:
+    """One line of ``docker container inspect --format '{{json .}}'``."""
+    return json.dumps(
+        {
+            "Id": CONTAINER_ID,
+            "Name": f"/{name}",
+            "State": {"Status": "running" if running else "exited", "Running": running, "Restarting": False},
+            "Config": {"Image": image, "Labels": dict(labels)},
+        }
+    )
+
+
+def fake_responses(
+    os_name: str,
+    state: str = FRESH,
+    data: Mapping[str, Any] | None = None,
+    *,
+    head_ip: str = "10.0.0.1",
+    gpus: int = 0,
+    daemon_json: Mapping[str, Any] | None = None,
+    daemon_json_merged: bool | None = None,
+    image_present: bool | None = None,
+    container_hash: str | None = None,
+    container_present: bool | None = None,
+    docker_running: bool | None = None,
+    cloud_init_running: bool = False,
+    mem_kb: int = MEM_KB,
+    nofile_hard: int | None = NOFILE_HARD,
+) -> dict[str, Any]:
+    """The ``fake_responses`` of one host.
+
+    ``data`` is the host's inventory data (rayrig keys); ``head_ip`` the head's
+    address (for the converged container's hash). ``gpus`` NVIDIA H100s are on
+    the PCI bus with a working driver. ``daemon_json`` is what another tool
+    wrote to daemon.json (as is when fresh; with rayrig's keys merged in when
+    converged, or as ``daemon_json_merged`` says). The other keywords change
+    one aspect of the state: ``image_present``, ``container_present``,
+    ``container_hash`` (the label the running container carries; giving one
+    makes the container present), ``docker_running``, ``cloud_init_running``,
+    ``mem_kb`` and ``nofile_hard`` (None: unlimited).
+    """
+    if state not in STATES:
+        raise ValueError(f"state must be one of {STATES}, not {state!r}")
+    data = dict(data or {})
+    s = settings.merge(data)
+    converged = state == CONVERGED
+    node_ip = str(s["ray_node_ip"] or "10.0.0.99")
+    responses: dict[str, Any] = {}
+
+    # HostInfo
+    responses["cat /etc/os-release"] = [
+        *OS_RELEASE[os_name],
+        "RAYRIG_ARCH=x86_64",
+        f"RAYRIG_MEM_KB={mem_kb}",
+        f"RAYRIG_NOFILE_HARD={nofile_hard if nofile_hard is not None else 'unlimited'}",
+    ]
+    # CloudInitRunning
+    responses["cloud-init status"] = ["status: running"] if cloud_init_running else ["status: done"]
+    # NvidiaGpus
+    responses["PCI_GPUS="] = [f"PCI_GPUS={gpus}", *([f"GPU={H100}"] * gpus)]
+
+    # rayrig's files and directories, with the daemon.json that is there
+    files = expected_files(os_name, data) if converged else {}
+    dirs = expected_dirs(os_name, data) if converged else {}
+    for path in SYSTEM_DIRS[FAMILY[os_name]]:
+        dirs.setdefault(path, 755)
+    current_daemon = dict(daemon_json or {})
+    if converged if daemon_json_merged is None else daemon_json_merged:
+        current_daemon = merge_daemon_config(current_daemon, s)
+    if current_daemon:
+        files[DAEMON_JSON] = (json.dumps(current_daemon, indent=2, sort_keys=True) + "\n", 644)
+        dirs.setdefault("/etc/docker", 755)
+    responses[f"if [ -f {DAEMON_JSON} ]"] = (
+        ["EXISTS", *files[DAEMON_JSON][0].splitlines()] if DAEMON_JSON in files else ["ABSENT"]
+    )
+    for path, (content, mode) in files.items():
+        responses[_stat_matcher(path)] = [_stat_line(path, mode)]
+        responses[_sha1_matcher(path)] = [f"{hashlib.sha1(content.encode()).hexdigest()}  {path}"]
+    for path, mode in dirs.items():
+        responses[_stat_matcher(path)] = [_stat_line(path, mode, "directory")]
+
+    # Packages
+    installed = [*PREINSTALLED, *(expected_packages(os_name, data) if converged else ())]
+    if FAMILY[os_name] == "apt":
+        responses["dpkg -l"] = _dpkg_lines(installed)
+    else:
+        responses["rpm --queryformat"] = _rpm_lines(installed)
+
+    # Docker service
+    running = converged if docker_running is None else docker_running
+    responses["--property SubState docker.service"] = _systemd(
+        "docker.service", "SubState", "running" if running else "dead"
+    )
+    responses["--property UnitFileState docker.service"] = _systemd(
+        "docker.service", "UnitFileState", "enabled" if converged else ""
+    )
+
+    # The ray-node service
+    unit = f"{s['ray_container_name']}.service"
+    responses[f"--property SubState {unit}"] = _systemd(unit, "SubState", "running" if converged else "dead")
+    responses[f"--property UnitFileState {unit}"] = _systemd(unit, "UnitFileState", "enabled" if converged else "")
+
+    # The image and the ray-node container
+    has_image = converged if image_present is None else image_present
+    responses["docker image inspect"] = [IMAGE_ID] if has_image else []
+    if container_present is None:
+        container_present = converged or container_hash is not None
+    if container_present:
+        if container_hash is None:
+            run_args = expected_run_args(data, node_ip, head_ip, gpus, mem_kb, nofile_hard)
+            container_hash = ray_node.config_hash(run_args)
+        labels = {ray_node.HASH_LABEL: container_hash, ray_node.ROLE_LABEL: s["ray_role"]}
+        responses["docker container inspect"] = [container_json(s["ray_container_name"], s["ray_image"], labels)]
+    else:
+        responses["docker container inspect"] = []
+    return responses
+
+
+# --- Whole clusters ------------------------------------------------------------------------------
+
+HEAD = "@fake/head"
+WORKERS = ("@fake/worker-1", "@fake/worker-2")
+
+
+def cluster_data(workers: int = 2) -> list[tuple[str, dict[str, Any]]]:
+    """A head (10.0.0.1) and ``workers`` workers (10.0.0.2, ...), each declaring its CPUs."""
+    hosts = [(HEAD, {"ray_role": "head", "ray_node_ip": "10.0.0.1"})]
+    for i in range(1, workers + 1):
+        hosts.append(
+            (
+                f"@fake/worker-{i}",
+                {"ray_role": "worker", "ray_node_ip": f"10.0.0.{i + 1}", "ray_num_cpus": 16 * i},
+            )
+        )
+    return hosts
+
+
+def cluster(
+    os_name: str = "ubuntu22",
+    state: str = FRESH,
+    hosts: list[tuple[str, Mapping[str, Any]]] | None = None,
+    *,
+    data: Mapping[str, Any] | None = None,
+    host_data: Mapping[str, Mapping[str, Any]] | None = None,
+    gpus: Mapping[str, int] | None = None,
+    options: Mapping[str, Mapping[str, Any]] | None = None,
+    **common: Any,
+) -> list[tuple[str, dict[str, Any]]]:
+    """pyinfra (name, data) pairs of a cluster on ``os_name`` in ``state``.
+
+    ``hosts`` defaults to ``cluster_data()``; ``data`` is added to every host,
+    ``host_data`` to one host by name. ``gpus`` maps host names to their GPU
+    count; ``options`` maps host names to further ``fake_responses`` keywords,
+    and ``common`` keywords go to every host.
+    """
+    hosts = [(name, dict(d)) for name, d in (hosts or cluster_data())]
+    for name, d in hosts:
+        d.update(copy.deepcopy(dict(data or {})))
+        d.update(copy.deepcopy(dict((host_data or {}).get(name, {}))))
+    heads = [d for _n, d in hosts if d.get("ray_role") == "head"]
+    head_ip = str(heads[0].get("ray_node_ip")) if heads else "10.0.0.1"
+    result = []
+    for name, d in hosts:
+        kwargs = {**common, **dict((options or {}).get(name, {}))}
+        responses = fake_responses(os_name, state, d, head_ip=head_ip, gpus=(gpus or {}).get(name, 0), **kwargs)
+        result.append((name, {**d, "fake_responses": responses, "fake_delay": 0, "fake_delay_jitter": 0}))
+    return result
+
+
+# --- The reference cluster of the plan tests -------------------------------------------------------
+
+GPU_WORKER, CPU_WORKER = WORKERS
+#: What the NVIDIA Container Toolkit (nvidia-ctk runtime configure) writes to daemon.json.
+NVIDIA_DAEMON_JSON = {
+    "runtimes": {"nvidia": {"args": [], "path": "nvidia-container-runtime"}},
+    "default-runtime": "nvidia",
+}
+LAB_REGISTRY = "10.0.0.5:5000"
+
+
+def reference_hosts() -> list[tuple[str, dict[str, Any]]]:
+    """A CPU head declaring 8 CPUs, an 8-GPU worker declaring its GPUs and CPUs, and a
+    CPU worker with a custom resource and its CPUs left to Ray."""
+    return [
+        (HEAD, {"ray_role": "head", "ray_node_ip": "10.0.0.1", "ray_num_cpus": 8}),
+        (GPU_WORKER, {"ray_role": "worker", "ray_node_ip": "10.0.0.2", "ray_num_gpus": 8, "ray_num_cpus": 96}),
+        (CPU_WORKER, {"ray_role": "worker", "ray_node_ip": "10.0.0.3", "ray_resources": {"nvme": 1}}),
+    ]
+
+
+def reference_cluster(os_name: str, state: str = FRESH, **kwargs: Any) -> list[tuple[str, dict[str, Any]]]:
+    """``reference_hosts()`` on ``os_name``: 8 H100s and an NVIDIA daemon.json on the GPU
+    worker, every host using the lab registry over plain HTTP. ``kwargs`` go to ``cluster``."""
+    kwargs.setdefault("gpus", {GPU_WORKER: 8})
+    kwargs.setdefault("options", {GPU_WORKER: {"daemon_json": NVIDIA_DAEMON_JSON}})
+    data = {"docker_insecure_registries": [LAB_REGISTRY], **kwargs.pop("data", {})}
+    return cluster(os_name, state, kwargs.pop("hosts", reference_hosts()), data=data, **kwargs)
+
+
+def with_data(hosts: list[tuple[str, dict[str, Any]]], name: str, **changes: Any) -> list[tuple[str, dict[str, Any]]]:
+    """``hosts`` with ``changes`` made to one host's inventory data, its facts left as they are
+    (what a user does when editing the inventory of a deployed cluster)."""
+    return [(n, {**d, **changes} if n == name else d) for n, d in hosts]

@@ -1,0 +1,203 @@
+"""Run ``deploy/cluster.py`` in-process against ``@fake`` hosts and record what it did.
+
+``run_deploy(hosts)`` goes through the same steps as ``pyinfra INVENTORY
+deploy/cluster.py -y``: build the inventory, connect, load the deploy file
+once per host, run the operations. The fake connector answers facts from each
+host's ``fake_responses``; its ``put_file`` is wrapped to keep every file
+uploaded (path -> content). The commands of each operation come from its
+``OperationMeta`` once it ran (``_commands``: pyinfra has no public accessor),
+masked the way pyinfra prints them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyinfra
+from pyinfra.api import Config, FileUploadCommand, Inventory, State, StringCommand
+from pyinfra.api.connect import connect_all, disconnect_all
+from pyinfra.api.operations import run_ops
+from pyinfra.api.state import StateStage
+from pyinfra.connectors.fake import FakeConnector
+from pyinfra.context import ctx_config, ctx_inventory, ctx_state
+from pyinfra_cli.util import load_deploy_file
+
+ROOT = Path(__file__).resolve().parents[2]
+CLUSTER = ROOT / "deploy" / "cluster.py"
+
+#: Every State made here stays referenced: deploy modules memoize per ``id(state)``,
+#: and an id reused by a later State would hand it the earlier run's facts.
+_STATES: list[State] = []
+
+
+@dataclass
+class Op:
+    """One operation as it ran on one host."""
+
+    name: str
+    commands: list[str]
+    uploads: dict[str, str | bytes]
+    step: int = 0  # position in the run's operation order (pyinfra runs step n on every host before n + 1)
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.commands or self.uploads)
+
+
+@dataclass
+class HostRun:
+    name: str
+    ops: list[Op] = field(default_factory=list)
+    raw_commands: list[str] = field(default_factory=list)  # unmasked, as the host would run them
+    other_uploads: dict[str, str | bytes] = field(default_factory=dict)  # outside any operation (callbacks)
+
+    @property
+    def changes(self) -> list[Op]:
+        return [op for op in self.ops if op.changed]
+
+    @property
+    def commands(self) -> list[str]:
+        return [c for op in self.ops for c in op.commands]
+
+    @property
+    def uploads(self) -> dict[str, str | bytes]:
+        return {path: text for op in self.ops for path, text in op.uploads.items()}
+
+    def op(self, pattern: str) -> Op:
+        """The one operation whose name matches ``pattern`` (a regular expression)."""
+        found = [op for op in self.ops if re.search(pattern, op.name)]
+        assert len(found) == 1, f"{self.name}: {len(found)} operations match {pattern!r}: {[o.name for o in self.ops]}"
+        return found[0]
+
+    def has_op(self, pattern: str) -> bool:
+        return any(re.search(pattern, op.name) for op in self.ops)
+
+    def commands_matching(self, pattern: str) -> list[str]:
+        return [c for c in self.commands if re.search(pattern, c)]
+
+    def docker_create(self) -> list[str]:
+        """The ray-node container's create/run command line, split into arguments."""
+        import shlex
+
+        found = self.commands_matching(r"^docker (create|run) ")
+        assert len(found) == 1, f"{self.name}: {len(found)} docker create/run commands: {found}"
+        return shlex.split(found[0])
+
+
+@dataclass
+class Run:
+    hosts: dict[str, HostRun]
+    output: str = ""
+
+    def __getitem__(self, name: str) -> HostRun:
+        return self.hosts[name]
+
+    @property
+    def changed_hosts(self) -> dict[str, list[str]]:
+        return {name: [op.name for op in h.changes] for name, h in self.hosts.items() if h.changes}
+
+
+def record_uploads(connector: FakeConnector) -> list[tuple[str | None, str, str | bytes]]:
+    """Make a fake connector keep what it is asked to upload: (op hash, remote path, content).
+
+    The connector stays a plain ``FakeConnector`` (code that checks for one still sees one);
+    only its ``put_file`` is wrapped.
+    """
+    uploads: list[tuple[str | None, str, str | bytes]] = []
+    put_file = connector.put_file
+
+    def recording_put_file(filename_or_io, remote_filename, *args, **kwargs):
+        if hasattr(filename_or_io, "read"):
+            filename_or_io.seek(0)
+            content = filename_or_io.read()
+            filename_or_io.seek(0)
+        else:
+            content = Path(filename_or_io).read_bytes()
+        if isinstance(content, bytes):
+            with contextlib.suppress(UnicodeDecodeError):  # a binary file stays bytes
+                content = content.decode()
+        uploads.append((connector.host.executing_op_hash, remote_filename, content))
+        return put_file(filename_or_io, remote_filename, *args, **kwargs)
+
+    connector.put_file = recording_put_file  # type: ignore[method-assign]
+    return uploads
+
+
+def run_deploy(hosts: list[tuple[str, dict[str, Any]]], deploy_file: Path = CLUSTER) -> Run:
+    """Run ``deploy_file`` against ``hosts`` like ``pyinfra ... -y`` and return what ran.
+
+    Exceptions raised while the deploy file is loaded (invalid inventory, a
+    GPU mismatch) propagate, as the CLI stops on them before any operation.
+    """
+    state = State(check_for_changes=False)
+    _STATES.append(state)
+    state.cwd = str(ROOT)
+    config = Config()
+    inventory = Inventory((hosts, {}))
+    # CLI mode: pyinfra orders operations by where the deploy code calls them (API mode
+    # would order them by how many each host called), as `pyinfra ... deploy/cluster.py` does.
+    was_cli, pyinfra.is_cli = pyinfra.is_cli, True
+    try:
+        with ctx_state.use(state), ctx_config.use(config), ctx_inventory.use(inventory):
+            _run(state, config, inventory, deploy_file)
+    finally:
+        pyinfra.is_cli = was_cli
+    return _collect(state, inventory)
+
+
+def _run(state: State, config: Config, inventory: Inventory, deploy_file: Path) -> None:
+    state.init(inventory, config)
+    for host in inventory:
+        assert isinstance(host.connector, FakeConnector), f"{host.name} is not an @fake host"
+        host.connector.rayrig_uploads = record_uploads(host.connector)
+    state.set_stage(StateStage.Connect)
+    connect_all(state)
+    state.set_stage(StateStage.Prepare)
+    load_deploy_file(state, str(deploy_file))
+    state.set_stage(StateStage.Execute)
+    run_ops(state)
+    state.set_stage(StateStage.Disconnect)
+    disconnect_all(state)
+
+
+def _op_name(names: set[str], global_arguments: Any) -> str:
+    """The name this host's operation was given (hosts can share an operation slot under other names)."""
+    own = global_arguments.get("name")
+    mine = sorted(n for n in names if own and (n == own or n.endswith(f" | {own}")))
+    return mine[0] if mine else ", ".join(sorted(names))
+
+
+def _collect(state: State, inventory: Inventory) -> Run:
+    runs: dict[str, HostRun] = {}
+    for host in inventory:
+        run = HostRun(host.name)
+        by_hash: dict[str, Op] = {}
+        for step, op_hash in enumerate(state.get_op_order()):
+            op_data = state.ops[host].get(op_hash)
+            if op_data is None:
+                continue
+            meta = op_data.operation_meta
+            commands = []
+            for command in meta._commands or []:
+                if isinstance(command, StringCommand):
+                    commands.append(command.get_masked_value())
+                    run.raw_commands.append(command.get_raw_value())
+                elif not isinstance(command, FileUploadCommand):
+                    commands.append(repr(command))
+            op = Op(_op_name(state.get_op_meta(op_hash).names, op_data.global_arguments), commands, {}, step)
+            assert meta.is_complete(), f"{host.name}: operation {op.name} did not run"
+            assert meta.did_succeed(), f"{host.name}: operation {op.name} failed"
+            by_hash[op_hash] = op
+            run.ops.append(op)
+        for op_hash, path, content in host.connector.rayrig_uploads:
+            op = by_hash.get(op_hash)
+            if op is None:
+                run.other_uploads[path] = content
+            else:
+                op.uploads[path] = content
+        runs[host.name] = run
+    return Run(runs)

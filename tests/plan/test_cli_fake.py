@@ -1,0 +1,141 @@
+"""``pyinfra tests/plan/fake_inventory.py deploy/cluster.py -y -vv`` as a user runs it.
+
+With -vv pyinfra prints every command it sends as ``[host] >>> command``: fact
+commands while the deploy is prepared, operation commands once the operation
+run begins.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PYINFRA = Path(sys.executable).with_name("pyinfra")
+COMMAND_LINE = re.compile(r"^\[(?P<host>[^\]]+)\]\s+>>> (?P<command>.*)$")
+
+
+def run_pyinfra(
+    variant: str = "", inventory: str = "tests/plan/fake_inventory.py", extra: list[str] | None = None
+) -> tuple[int, str]:
+    env = {
+        **os.environ,
+        "PYINFRA_FAKE_DELAY": "0",
+        "PYINFRA_FAKE_DELAY_JITTER": "0",
+        "PYINFRA_PROGRESS": "off",
+        "RAYRIG_FAKE_VARIANT": variant,
+        "NO_COLOR": "1",
+    }
+    proc = subprocess.run(
+        [str(PYINFRA), inventory, "deploy/cluster.py", "-y", "-vv", *(extra or [])],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    return proc.returncode, re.sub(r"\x1b\[[0-9;]*m", "", proc.stdout + proc.stderr)
+
+
+def command_lines(output: str) -> list[tuple[str, str]]:
+    return [(m["host"], m["command"]) for m in map(COMMAND_LINE.match, output.splitlines()) if m]
+
+
+def operation_output(output: str) -> str:
+    """What pyinfra printed once operations started running ('' when they never did)."""
+    _before, marker, after = output.partition("--> Beginning operation run")
+    return after if marker else ""
+
+
+@pytest.fixture(scope="module")
+def default_run() -> tuple[int, str]:
+    return run_pyinfra()
+
+
+def test_fake_cluster_plans_and_exits_0(default_run):
+    code, output = default_run
+    assert code == 0, output[-3000:]
+    ops = command_lines(operation_output(output))
+    creates = {host: cmd for host, cmd in ops if cmd.startswith("docker create ")}
+    assert set(creates) == {"@fake/head", "@fake/worker-1", "@fake/worker-2"}
+    assert " ray start --block " in creates["@fake/head"]
+    assert " --head --port=6379 " in creates["@fake/head"]
+    assert "--address=10.0.0.1:6379" in creates["@fake/worker-1"]
+    assert "--address=10.0.0.1:6379" in creates["@fake/worker-2"]
+    assert "--gpus=all" in creates["@fake/worker-1"] and "--num-gpus=8" in creates["@fake/worker-1"]
+    assert "--gpus=all" not in creates["@fake/worker-2"]
+    installs = [cmd for _host, cmd in ops if " install " in cmd and "apt-get" in cmd]
+    assert any(cmd.endswith(" install --no-install-recommends docker.io") for cmd in installs)
+    assert "Grand total" in output
+
+
+def test_fake_cluster_reports_its_operations_by_name(default_run):
+    _code, output = default_run
+    for name in (
+        "Base | Install base packages",
+        "Docker | Merge rayrig's keys into daemon.json",
+        "Ray node | Start the Ray head container",
+        "Ray node | Start the Ray worker container",
+    ):
+        assert f"--> Starting operation: {name}" in output
+
+
+@pytest.mark.parametrize(
+    "variant,fragments",
+    [
+        (
+            "two-heads",
+            [
+                "host @fake/head, @fake/worker-1: ray_role = 'head'",
+                'expected exactly one head; the others must be "worker"',
+            ],
+        ),
+        ("negative-gpus", ["host @fake/worker-1: ray_num_gpus = -1", 'expected a non-negative integer or "auto"']),
+        ("typo", ["host @fake/worker-2: ray_num_gpu = 2", "did you mean 'ray_num_gpus'"]),
+    ],
+)
+def test_invalid_inventory_stops_before_any_fact_or_operation(variant, fragments):
+    code, output = run_pyinfra(variant)
+    assert code != 0
+    for fragment in fragments:
+        assert fragment in output, output[-3000:]
+    assert "Nothing was changed on any host." in output
+    assert ">>>" not in output  # not even a fact was gathered
+    assert "Loaded fact" not in output
+    assert not operation_output(output)
+
+
+def test_gpu_mismatch_stops_before_any_operation():
+    code, output = run_pyinfra("gpu-mismatch")
+    assert code != 0
+    assert "host @fake/worker-1: ray_num_gpus = 4: expected 8" in output
+    assert not operation_output(output)
+    assert "Starting operation" not in output
+    # Facts were read (that is how the mismatch was found), but no operation command was sent.
+    commands = [cmd for _host, cmd in command_lines(output)]
+    assert any("PCI_GPUS=" in cmd for cmd in commands)
+    assert not any(cmd.startswith(("apt-get", "docker create", "docker pull", "systemctl ")) for cmd in commands)
+
+
+@pytest.mark.parametrize("extra", [[], ["--diff"]], ids=["plain", "diff"])
+def test_registry_password_never_printed(tmp_path, extra):
+    """Not in a command line, and not in the file diff pyinfra shows with --diff."""
+    inventory = tmp_path / "auth_inventory.py"
+    inventory.write_text(
+        "from tests.plan.fakehosts import cluster\n"
+        "hosts = cluster('ubuntu22', 'fresh', data={'docker_registry_auth': "
+        "{'registry': 'registry.lab.example:5000', 'username': 'ray', 'password': 'hunter2-Secret'}})\n"
+    )
+    code, output = run_pyinfra(inventory=str(inventory), extra=extra)
+    assert code == 0, output[-3000:]
+    assert "Store the login for registry.lab.example:5000" in output
+    assert any("--config /etc/rayrig/docker pull" in cmd for _h, cmd in command_lines(output))
+    if extra:
+        assert "Will create /etc/docker/daemon.json" in output  # the diff is on, for other files
+    assert "hunter2" not in output
+    assert "cmF5Omh1bnRlcjItU2VjcmV0" not in output  # base64("ray:hunter2-Secret")

@@ -1,0 +1,282 @@
+"""The plan on fresh hosts of every supported OS: packages, repositories, daemon.json,
+and the ray-node container of the head, a GPU worker and a CPU worker."""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+import pytest
+
+from tests.plan.fakehosts import (
+    CPU_WORKER,
+    GPU_WORKER,
+    HEAD,
+    LAB_REGISTRY,
+    NVIDIA_DAEMON_JSON,
+    OSES,
+    reference_cluster,
+)
+from tests.plan.harness import HostRun, run_deploy
+
+IMAGE = "rayproject/ray:2.60.0-py311-gpu"
+DOCKER_CE = ["docker-ce", "docker-ce-cli", "containerd.io", "docker-buildx-plugin"]
+EXPECT = {
+    "ubuntu22": {"family": "apt", "base": ["ca-certificates", "curl", "gnupg"], "engine": ["docker.io"]},
+    "ubuntu24": {"family": "apt", "base": ["ca-certificates", "curl", "gnupg"], "engine": ["docker.io"]},
+    "debian12": {"family": "apt", "base": ["ca-certificates", "curl", "gnupg"], "engine": ["docker.io"]},
+    "rocky9": {"family": "dnf", "base": ["ca-certificates", "curl", "gnupg2"], "engine": DOCKER_CE},
+    "al2023": {"family": "dnf", "base": ["ca-certificates", "curl-minimal", "gnupg2-minimal"], "engine": ["docker"]},
+}
+#: ray start flag of every ray_ports entry (the head listens on all; workers dial gcs in --address).
+PORT_FLAGS = {
+    "gcs": "--port",
+    "client_server": "--ray-client-server-port",
+    "dashboard": "--dashboard-port",
+    "dashboard_agent_grpc": "--dashboard-agent-grpc-port",
+    "dashboard_agent_http": "--dashboard-agent-listen-port",
+    "node_manager": "--node-manager-port",
+    "object_manager": "--object-manager-port",
+    "runtime_env_agent": "--runtime-env-agent-port",
+    "metrics_export": "--metrics-export-port",
+    "worker_min": "--min-worker-port",
+    "worker_max": "--max-worker-port",
+}
+HEAD_ONLY_PORTS = ("gcs", "client_server", "dashboard")
+DEFAULT_PORTS = {
+    "gcs": 6379, "client_server": 10001, "dashboard": 8265, "dashboard_agent_grpc": 8266,
+    "dashboard_agent_http": 52365, "node_manager": 6380, "object_manager": 6381, "runtime_env_agent": 6382,
+    "metrics_export": 6383, "worker_min": 10002, "worker_max": 10999,
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module", params=OSES)
+def fresh(request):
+    return request.param, run_deploy(reference_cluster(request.param))
+
+
+def split_container(host: HostRun, image: str = IMAGE) -> tuple[list[str], list[str]]:
+    """(docker options, ray start command) of the host's ray-node container."""
+    args = host.docker_create()
+    at = args.index(image)
+    return args[:at], args[at + 1 :]
+
+
+def flags(args: list[str], name: str) -> list[str]:
+    """Values of ``--name=value`` arguments."""
+    return [a.split("=", 1)[1] for a in args if a.startswith(f"{name}=")]
+
+
+def installed(host: HostRun, op_name: str) -> list[str]:
+    """The package names an operation installs (apt-get/dnf install arguments)."""
+    packages: list[str] = []
+    for command in host.op(op_name).commands:
+        words = shlex.split(command)
+        if "install" in words and words[0] in ("dnf", "yum", "DEBIAN_FRONTEND=noninteractive"):
+            packages += [w for w in words[words.index("install") + 1 :] if not w.startswith("-")]
+    return packages
+
+
+def test_head_runs_ray_start_head_with_every_port_pinned(fresh):
+    _os, run = fresh
+    docker, ray = split_container(run[HEAD])
+    assert ray[:3] == ["ray", "start", "--block"]
+    assert "--head" in ray
+    assert not flags(ray, "--address")
+    for name, flag in PORT_FLAGS.items():
+        assert flags(ray, flag) == [str(DEFAULT_PORTS[name])], flag
+    assert flags(ray, "--dashboard-host") == ["127.0.0.1"]
+    assert flags(ray, "--node-ip-address") == ["10.0.0.1"]
+    assert flags(ray, "--num-gpus") == ["0"]
+    assert flags(ray, "--num-cpus") == ["8"]  # declared on the head
+    assert "--gpus=all" not in docker
+    assert "--network=host" in docker
+    assert flags(docker, "--name") == ["ray-node"]
+    assert any(a.startswith("--label=rayrig.config-hash=") for a in docker)
+
+
+def test_workers_join_the_head_with_their_declared_resources(fresh):
+    _os, run = fresh
+    gpu_docker, gpu_ray = split_container(run[GPU_WORKER])
+    cpu_docker, cpu_ray = split_container(run[CPU_WORKER])
+    for ray in (gpu_ray, cpu_ray):
+        assert "--head" not in ray
+        assert flags(ray, "--address") == ["10.0.0.1:6379"]
+        for name, flag in PORT_FLAGS.items():
+            expected = [] if name in HEAD_ONLY_PORTS else [str(DEFAULT_PORTS[name])]
+            assert flags(ray, flag) == expected, flag
+        assert not flags(ray, "--dashboard-host")
+    assert flags(gpu_ray, "--num-gpus") == ["8"]
+    assert flags(gpu_ray, "--num-cpus") == ["96"]
+    assert not flags(gpu_ray, "--resources")
+    assert flags(cpu_ray, "--num-gpus") == ["0"]
+    assert not flags(cpu_ray, "--num-cpus")  # "auto": Ray counts them
+    assert [json.loads(v) for v in flags(cpu_ray, "--resources")] == [{"nvme": 1}]
+    assert flags(gpu_ray, "--node-ip-address") == ["10.0.0.2"]
+    assert flags(cpu_ray, "--node-ip-address") == ["10.0.0.3"]
+    assert "--gpus=all" in gpu_docker
+    assert "--gpus=all" not in cpu_docker
+
+
+def test_workers_wait_for_the_head_before_starting(fresh):
+    _os, run = fresh
+    for name in (GPU_WORKER, CPU_WORKER):
+        names = [op.name for op in run[name].changes]
+        wait = names.index("Ray node | Wait for the Ray head to answer")
+        start = names.index("Ray node | Start the Ray worker container")
+        assert wait < start
+        assert "/dev/tcp/10.0.0.1/6379" in run[name].op("Wait for the Ray head to answer").commands[0]
+    assert not run[HEAD].has_op("Wait for the Ray head to answer")
+
+
+def test_the_head_starts_before_any_worker(fresh):
+    _os, run = fresh
+    head_start = run[HEAD].op("Start the Ray head container").step
+    head_listening = run[HEAD].op("Wait for the Ray head to listen").step
+    for name in (GPU_WORKER, CPU_WORKER):
+        assert head_start < run[name].op("Wait for the Ray head to answer").step
+        assert head_listening < run[name].op("Start the Ray worker container").step
+
+
+def test_every_host_gets_its_container_replaced_in_order(fresh):
+    _os, run = fresh
+    for name in (HEAD, GPU_WORKER, CPU_WORKER):
+        commands = run[name].commands
+        rm = commands.index("docker rm --force ray-node >/dev/null 2>&1 || true")
+        create = commands.index(next(c for c in commands if c.startswith("docker create ")))
+        enable = commands.index("systemctl enable --now ray-node.service")
+        assert rm < create < enable
+
+
+def test_base_and_engine_packages_per_os(fresh):
+    os_name, run = fresh
+    expect = EXPECT[os_name]
+    for name in (HEAD, GPU_WORKER, CPU_WORKER):
+        host = run[name]
+        assert installed(host, "Install base packages") == expect["base"]
+        assert installed(host, "Install the Docker engine") == expect["engine"]
+        tool = "apt-get" if expect["family"] == "apt" else "dnf"
+        assert all(tool in c or c == "apt-get update" for c in host.op("Install the Docker engine").commands)
+
+
+def test_apt_waits_for_the_package_lock_on_apt_hosts_only(fresh):
+    os_name, run = fresh
+    host = run[HEAD]
+    if EXPECT[os_name]["family"] == "apt":
+        lock = host.op("Make apt wait for the package lock")
+        assert lock.uploads == {"/etc/apt/apt.conf.d/90rayrig-lock-timeout": 'DPkg::Lock::Timeout "600";\n'}
+        names = [op.name for op in host.ops]
+        assert names.index(lock.name) < names.index("Base | Install base packages")
+    else:
+        assert not host.has_op("apt")
+        assert not any("apt-get" in c for c in host.commands)
+
+
+def test_docker_repository_only_where_the_distro_ships_no_docker(fresh):
+    os_name, run = fresh
+    host = run[HEAD]
+    if os_name == "rocky9":
+        repo = host.op("Add Docker's dnf repository").uploads["/etc/yum.repos.d/docker-ce.repo"]
+        assert "baseurl=https://download.docker.com/linux/centos/$releasever/$basearch/stable\n" in repo
+        assert "gpgcheck=1\n" in repo
+        assert "gpgkey=https://download.docker.com/linux/centos/gpg\n" in repo
+        names = [op.name for op in host.ops]
+        assert names.index("Docker | Add Docker's dnf repository") < names.index("Docker | Install the Docker engine")
+    else:
+        assert not host.has_op("Docker's .* repository")
+        assert not any(p.startswith(("/etc/yum.repos.d", "/etc/apt/sources.list.d")) for p in host.uploads)
+
+
+def test_daemon_json_keeps_what_another_tool_wrote(fresh):
+    _os, run = fresh
+    written = json.loads(run[GPU_WORKER].op("Merge rayrig's keys into daemon.json").uploads["/etc/docker/daemon.json"])
+    assert written["runtimes"] == NVIDIA_DAEMON_JSON["runtimes"]
+    assert written["default-runtime"] == "nvidia"
+    assert written["insecure-registries"] == [LAB_REGISTRY]
+    assert written["log-driver"] == "json-file"
+    assert written["log-opts"] == {"max-size": "100m", "max-file": "3"}
+    # A host without a daemon.json gets rayrig's keys only.
+    fresh_file = json.loads(run[CPU_WORKER].uploads["/etc/docker/daemon.json"])
+    assert fresh_file == {
+        "insecure-registries": [LAB_REGISTRY],
+        "log-driver": "json-file",
+        "log-opts": {"max-size": "100m", "max-file": "3"},
+    }
+    assert "chmod 644 /etc/docker/daemon.json" in run[CPU_WORKER].commands
+
+
+def test_docker_is_enabled_and_the_image_pulled(fresh):
+    _os, run = fresh
+    for name in (HEAD, GPU_WORKER, CPU_WORKER):
+        host = run[name]
+        assert host.op("Enable and start Docker").commands == [
+            "systemctl start docker.service",
+            "systemctl enable docker.service",
+        ]
+        assert host.op(r"Pull ").commands == [f"docker pull --quiet {IMAGE}"]
+        assert (
+            host.op("Install the ray-node systemd unit")
+            .uploads["/etc/systemd/system/ray-node.service"]
+            .startswith("[Unit]")
+        )
+
+
+@pytest.mark.parametrize("os_name", ["ubuntu22", "ubuntu24", "debian12"])
+def test_docker_source_docker_adds_the_signed_apt_repository(os_name):
+    run = run_deploy(reference_cluster(os_name, data={"docker_source": "docker"}))
+    host = run[CPU_WORKER]
+    codename = {"ubuntu22": "jammy", "ubuntu24": "noble", "debian12": "bookworm"}[os_name]
+    path = "ubuntu" if os_name.startswith("ubuntu") else "debian"
+    download = host.op("Download Docker's repository key").commands
+    assert any(f"https://download.docker.com/linux/{path}/gpg" in c for c in download)
+    assert any(c.endswith(" /etc/apt/keyrings/docker.asc") and c.startswith("mv ") for c in download)
+    assert host.op("Add Docker's apt repository").uploads == {
+        "/etc/apt/sources.list.d/docker.list": (
+            f"deb [arch=amd64 signed-by=/etc/apt/keyrings/docker.asc] https://download.docker.com/linux/{path} "
+            f"{codename} stable\n"
+        )
+    }
+    assert installed(host, "Install the Docker engine") == DOCKER_CE
+    names = [op.name for op in host.changes]
+    assert names.index("Docker | Add Docker's apt repository") < names.index("Docker | Install the Docker engine")
+    # The index is refreshed after the repository is added, in the install operation itself.
+    assert host.op("Install the Docker engine").commands[0] == "apt-get update"
+
+
+def test_docker_source_docker_keeps_amazon_linux_on_its_own_engine():
+    host = run_deploy(reference_cluster("al2023", data={"docker_source": "docker"}))[HEAD]
+    assert installed(host, "Install the Docker engine") == ["docker"]
+    assert not host.has_op("repository")
+
+
+def test_custom_ports_reach_every_flag():
+    ports = {
+        "gcs": 7379, "client_server": 11001, "dashboard": 9265, "dashboard_agent_grpc": 9266,
+        "dashboard_agent_http": 53365, "node_manager": 7380, "object_manager": 7381, "runtime_env_agent": 7382,
+        "metrics_export": 7383, "worker_min": 20000, "worker_max": 20999,
+    }  # fmt: skip
+    run = run_deploy(reference_cluster("ubuntu22", data={"ray_ports": ports}))
+    _docker, head = split_container(run[HEAD])
+    _docker, worker = split_container(run[CPU_WORKER])
+    for name, flag in PORT_FLAGS.items():
+        assert flags(head, flag) == [str(ports[name])], flag
+        if name not in HEAD_ONLY_PORTS:
+            assert flags(worker, flag) == [str(ports[name])], flag
+    assert flags(worker, "--address") == ["10.0.0.1:7379"]
+    assert "/dev/tcp/10.0.0.1/7379" in run[CPU_WORKER].op("Wait for the Ray head to answer").commands[0]
+
+
+def test_gpu_count_auto_takes_the_detected_gpus():
+    hosts = [(n, {k: v for k, v in d.items() if k != "ray_num_gpus"}) for n, d in reference_cluster("ubuntu22")]
+    docker, ray = split_container(run_deploy(hosts)[GPU_WORKER])
+    assert flags(ray, "--num-gpus") == ["8"]
+    assert "--gpus=all" in docker
+
+
+def test_shm_and_open_files_follow_the_host():
+    run = run_deploy(reference_cluster("debian12", options={HEAD: {"mem_kb": 64 * 2**20, "nofile_hard": 20000}}))
+    docker, _ray = split_container(run[HEAD])
+    assert flags(docker, "--shm-size") == [f"{int(64 * 2**30 * 0.3) // 2**20}m"]
+    assert flags(docker, "--ulimit") == ["nofile=20000:20000"]
+    docker, _ray = split_container(run[CPU_WORKER])
+    assert flags(docker, "--ulimit") == ["nofile=65536:65536"]

@@ -1,0 +1,356 @@
+"""Inventory validation: what passes, and what each mistake is reported as."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+from pyinfra.api import Inventory
+
+from deploy import schema, settings
+from deploy.schema import InventoryError, Problem, check_inventory, validate_cluster, validate_host
+
+Host = tuple[str, dict[str, Any], str]
+
+
+def head(**data: Any) -> Host:
+    return ("head-1", {"ray_role": "head", "ray_node_ip": "10.0.0.1", **data}, "10.0.0.1")
+
+
+def worker(n: int = 1, **data: Any) -> Host:
+    return (f"worker-{n}", {"ray_node_ip": f"10.0.0.{n + 1}", **data}, f"10.0.0.{n + 1}")
+
+
+def lab_cluster() -> list[Host]:
+    """What inventories/lab.py gives for the local lab: CPU-only hosts, a registry over HTTP."""
+    common = {
+        "ssh_user": "root",
+        "ssh_port": 22,
+        "ray_image": "172.28.0.2:5000/rayrig/ray-cpu:2.60.0",
+        "ray_num_gpus": 0,
+        "ray_shm_size": "2g",
+        "ray_ulimit_nofile": 16384,
+        "docker_insecure_registries": ["172.28.0.2:5000"],
+        "docker_source": "distro",
+    }
+    return [
+        ("rayrig-lab-1", {**common, "ray_role": "head", "ray_node_ip": "172.28.0.11"}, "172.28.0.11"),
+        ("rayrig-lab-2", {**common, "ray_node_ip": "172.28.0.12", "ray_num_cpus": 2}, "172.28.0.12"),
+        ("rayrig-lab-3", {**common, "ray_node_ip": "172.28.0.13", "ray_num_cpus": 2}, "172.28.0.13"),
+    ]
+
+
+def prod_cluster() -> list[Host]:
+    """Like inventories/prod.py: a GPU lab with a private registry and a login."""
+    common = {
+        "ssh_user": "ubuntu",
+        "ssh_key": "~/.ssh/id_ed25519",
+        "_sudo": True,
+        "ray_image": "registry.lab.example:5000/ml/ray-torch:2.60.0-cu128",
+        "docker_registry_mirrors": ["https://mirror.lab.example"],
+        "docker_registry_auth": {"registry": "registry.lab.example:5000", "username": "ray", "password": "s3cret"},
+        "docker_source": "docker",
+        "docker_log_opts": {"max-size": "50m"},
+        "ray_image_pull": "always",
+        "ray_ports": {"metrics_export": 9100},  # partial: the other ports keep their defaults
+    }
+    return [
+        ("gpu-head.lab.example", {**common, "ray_role": "head", "ray_node_ip": "192.0.2.10", "ray_num_gpus": 0},
+         "192.0.2.10"),
+        ("gpu-01.lab.example", {**common, "ray_node_ip": "192.0.2.11", "ray_num_gpus": 8,
+                                "ray_object_store_bytes": 200 * 2**30}, "192.0.2.11"),
+        ("gpu-02.lab.example", {**common, "ray_node_ip": "192.0.2.12", "ray_num_gpus": 8}, "192.0.2.12"),
+        ("gpu-03.lab.example", {**common, "ray_node_ip": "192.0.2.13", "ray_num_gpus": 4,
+                                "ray_resources": {"nvme": 1, "fast_disk.v2": 0.5}}, "192.0.2.13"),
+    ]  # fmt: skip
+
+
+# --- Valid inventories ----------------------------------------------------------------------------
+
+
+def test_lab_like_inventory_is_valid():
+    assert validate_cluster(lab_cluster()) == []
+
+
+def test_prod_like_inventory_is_valid():
+    assert validate_cluster(prod_cluster()) == []
+
+
+def test_ports_set_on_one_host_only_must_match_the_others():
+    hosts = [
+        (n, {k: v for k, v in d.items() if k != "ray_ports" or n == "gpu-02.lab.example"}, a)
+        for n, d, a in prod_cluster()
+    ]
+    p = only(validate_cluster(hosts))
+    assert (p.key, p.expected) == ("ray_ports", "the same value on every host of the cluster")
+    assert "gpu-02.lab.example: {" in p.value and "'metrics_export': 9100" in p.value
+
+
+def test_single_head_cluster_with_defaults_only_is_valid():
+    assert validate_cluster([("solo", {"ray_role": "head"}, "127.0.0.1")]) == []
+
+
+def test_defaults_themselves_validate():
+    assert validate_host("h", settings.defaults()) == []
+    assert schema._VALIDATOR.is_valid(settings.defaults())
+
+
+def test_every_default_has_a_schema_entry_and_every_schema_entry_a_default():
+    defaults = set(settings.defaults())
+    properties = set(schema.PROPERTIES)
+    assert defaults - properties == set(), "keys in group_data/all.py that the schema does not know"
+    assert properties - defaults == set(), "schema keys without a default in group_data/all.py"
+
+
+def test_every_schema_entry_says_what_it_expects():
+    assert [k for k, v in schema.PROPERTIES.items() if not v.get("x-expected")] == []
+
+
+def test_non_rayrig_keys_are_left_alone():
+    hosts = [head(ssh_user="ubuntu", _sudo=True, fake_responses={}, my_team="ml")]
+    assert validate_cluster(hosts) == []
+
+
+# --- Invalid inventories: one mistake each ------------------------------------------------------------
+
+
+def only(problems: list[Problem]) -> Problem:
+    assert len(problems) == 1, [str(p) for p in problems]
+    return problems[0]
+
+
+def test_two_heads():
+    p = only(validate_cluster([head(), ("head-2", {"ray_role": "head"}, "10.0.0.2"), worker(2)]))
+    assert (p.host, p.key, p.value) == ("head-1, head-2", "ray_role", "head")
+    assert p.expected == 'exactly one head; the others must be "worker"'
+
+
+def test_no_head():
+    p = only(validate_cluster([worker(1), worker(2)]))
+    assert (p.host, p.key, p.value) == ("worker-1, worker-2", "ray_role", "worker")
+    assert p.expected == 'exactly one host with ray_role = "head"'
+
+
+def test_duplicate_addresses():
+    p = only(validate_cluster([head(), ("worker-1", {}, "10.0.0.1"), worker(2)]))
+    assert (p.host, p.key, p.value) == ("head-1, worker-1", "ray_node_ip", "10.0.0.1")
+    assert p.expected == "a different address for every host"
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1", "127.0.1.1", "localhost", "::1", "@fake/head-1"])
+def test_head_address_the_workers_cannot_reach(address):
+    p = only(validate_cluster([("head-1", {"ray_role": "head"}, address), worker(1)]))
+    assert (p.host, p.key, p.value) == ("head-1", "ray_node_ip", address)
+    assert "an address the workers can reach" in p.expected
+
+
+@pytest.mark.parametrize("value", [-1, "all", 1.5, "8", True, None])
+def test_bad_gpu_count(value):
+    p = only(validate_cluster([head(ray_num_gpus=value)]))
+    assert (p.host, p.key, p.value) == ("head-1", "ray_num_gpus", value)
+    assert p.expected == 'a non-negative integer or "auto"'
+
+
+@pytest.mark.parametrize("value", [2.5, "16", -4, "all"])
+def test_bad_cpu_count(value):
+    p = only(validate_cluster([head(), worker(1, ray_num_cpus=value)]))
+    assert (p.host, p.key, p.value) == ("worker-1", "ray_num_cpus", value)
+    assert p.expected == 'a non-negative integer or "auto"'
+
+
+def test_misspelled_key_gets_a_suggestion():
+    p = only(validate_cluster([head(), worker(1, ray_num_gpu=2)]))
+    assert (p.host, p.key, p.value) == ("worker-1", "ray_num_gpu", 2)
+    assert p.expected == "a known rayrig key (did you mean 'ray_num_gpus'?)"
+
+
+def test_unknown_key_without_a_close_match():
+    p = only(validate_cluster([head(docker_flux_capacitor=True)]))
+    assert (p.key, p.expected) == ("docker_flux_capacitor", "a known rayrig key")
+
+
+@pytest.mark.parametrize("port", [0, 70000, "6379"])
+def test_port_out_of_range(port):
+    p = only(validate_cluster([head(ray_ports={"gcs": port})]))
+    assert (p.host, p.key, p.value) == ("head-1", "ray_ports['gcs']", port)
+    assert p.expected == "a port number 1-65535"
+
+
+def test_port_clash():
+    p = only(validate_cluster([head(ray_ports={"dashboard": 6379})]))
+    assert (p.key, p.value) == ("ray_ports['dashboard']", 6379)
+    assert p.expected == "a port not already used by 'gcs'"
+
+
+def test_port_inside_the_worker_range():
+    p = only(validate_cluster([head(ray_ports={"metrics_export": 10500})]))
+    assert (p.key, p.value) == ("ray_ports['metrics_export']", 10500)
+    assert p.expected == "a port outside the worker range 10002-10999"
+
+
+def test_worker_range_upside_down():
+    p = only(validate_cluster([head(ray_ports={"worker_min": 12000, "worker_max": 11000})]))
+    assert (p.key, p.value) == ("ray_ports", {"worker_min": 12000, "worker_max": 11000})
+    assert p.expected == "worker_min <= worker_max"
+
+
+def test_unknown_port_name():
+    p = only(validate_cluster([head(ray_ports={"gcs_port": 7000})]))
+    assert p.key == "ray_ports"
+    assert "known port names only" in p.expected
+    assert "'gcs_port'" in p.expected
+    assert "gcs, client_server, dashboard" in p.expected
+
+
+def test_ray_version_differs_across_hosts():
+    p = only(validate_cluster([head(), worker(1), worker(2, ray_version="2.59.0")]))
+    assert p.key == "ray_version"
+    assert "head-1, worker-1: '2.60.0'" in p.value
+    assert "worker-2: '2.59.0'" in p.value
+    assert p.expected == "the same value on every host of the cluster"
+
+
+def test_ray_image_differs_across_hosts():
+    p = only(validate_cluster([head(), worker(1, ray_image="rayproject/ray:2.60.0-py311-cpu")]))
+    assert p.key == "ray_image"
+    assert "worker-1: 'rayproject/ray:2.60.0-py311-cpu'" in p.value
+
+
+@pytest.mark.parametrize("value", ["16 GB", "16gb", "", 16, "lots"])
+def test_bad_shm_size(value):
+    p = only(validate_cluster([head(ray_shm_size=value)]))
+    assert (p.key, p.value) == ("ray_shm_size", value)
+    assert p.expected == '"auto" or a size such as "16g"'
+
+
+def test_bad_image_pull_policy():
+    p = only(validate_cluster([head(ray_image_pull="sometimes")]))
+    assert (p.key, p.value) == ("ray_image_pull", "sometimes")
+    assert p.expected == '"missing" or "always"'
+
+
+@pytest.mark.parametrize(
+    "auth",
+    [
+        {"registry": "r.example:5000", "username": "ray"},  # no password
+        {"registry": "r.example:5000", "user": "ray", "password": "pw-SECRET"},  # wrong key
+        {"registry": "", "username": "ray", "password": "pw-SECRET"},
+        ["r.example:5000", "ray", "pw-SECRET"],
+    ],
+    ids=["missing-password", "wrong-key", "empty-registry", "list"],
+)
+def test_bad_registry_auth_shape(auth):
+    p = only(validate_cluster([head(docker_registry_auth=auth)]))
+    assert p.key == "docker_registry_auth"
+    assert p.expected == "null or {registry, username, password}"
+    assert "pw-SECRET" not in str(p)
+
+
+@pytest.mark.parametrize(
+    "key,auth",
+    [
+        ("docker_registry_auth", {"registry": "r.example:5000", "username": "ray", "pasword": "pw-SECRET"}),
+        ("docker_registry_auth", "ray:pw-SECRET"),
+        ("docker_registry_auht", {"registry": "r.example:5000", "username": "ray", "password": "pw-SECRET"}),
+    ],
+    ids=["misspelled-password", "string", "misspelled-key"],
+)
+def test_secrets_never_appear_in_problems(key, auth):
+    problems = validate_cluster([head(**{key: auth})])
+    assert problems
+    with pytest.raises(InventoryError) as error:
+        raise InventoryError(problems)
+    assert "pw-SECRET" not in str(error.value)
+    assert "r.example:5000" in str(error.value) or key == "docker_registry_auth"
+
+
+@pytest.mark.parametrize(
+    "key,value,expected",
+    [
+        ("ray_role", "master", '"head" or "worker"'),
+        ("ray_resources", {"nvme": -1}, "a mapping of resource name to a non-negative number"),
+        ("ray_resources", {"bad name": 1}, "a mapping of resource name to a non-negative number"),
+        ("ray_object_store_bytes", 1024, "null or a number of bytes of at least 75 MiB (Ray's minimum)"),
+        ("ray_version", "2.60", 'a Ray version such as "2.60.0"'),
+        ("ray_image", "ray project/ray", "an image reference (registry/name:tag or @sha256:digest)"),
+        ("ray_ulimit_nofile", 100, "null (the image's default) or an integer of at least 1024"),
+        ("docker_source", "snap", '"distro" or "docker"'),
+        ("docker_registry_mirrors", ["mirror.lab"], "a list of http(s) URLs"),
+        ("docker_insecure_registries", "10.0.0.5:5000", "a list of strings"),
+        ("docker_log_opts", {"max-file": 3}, "a mapping of json-file log options to strings"),
+        ("base_extra_packages", ["htop", ""], "a list of strings"),
+        ("base_wait_timeout_s", -1, "a non-negative number of seconds"),
+    ],
+)
+def test_more_bad_values(key, value, expected):
+    problems = validate_cluster([head(**{key: value})])
+    assert [(p.host, p.key.split("[")[0], p.expected) for p in problems] == [("head-1", key, expected)]
+
+
+def test_every_problem_is_reported_at_once():
+    problems = validate_cluster([head(ray_num_gpus=-1), worker(1, ray_num_gpu=2), worker(2, ray_image_pull="x")])
+    assert {(p.host, p.key) for p in problems} == {
+        ("head-1", "ray_num_gpus"),
+        ("worker-1", "ray_num_gpu"),
+        ("worker-2", "ray_image_pull"),
+    }
+
+
+def test_problem_reads_host_key_value_expected():
+    p = Problem("gpu-01", "ray_num_gpus", -1, 'a non-negative integer or "auto"')
+    assert str(p) == 'host gpu-01: ray_num_gpus = -1: expected a non-negative integer or "auto"'
+
+
+def test_validation_does_not_modify_the_data():
+    hosts = prod_cluster()
+    before = copy.deepcopy(hosts)
+    validate_cluster(hosts)
+    assert hosts == before
+
+
+# --- check_inventory on a pyinfra inventory ---------------------------------------------------------
+
+
+def test_check_inventory_uses_node_addresses_and_raises_with_every_problem():
+    inventory = Inventory(
+        (
+            [
+                ("@fake/head", {"ray_role": "head", "ray_node_ip": "10.0.0.1"}),
+                ("@fake/w1", {"ray_node_ip": "10.0.0.1"}),
+                ("@fake/w2", {"ray_node_ip": "10.0.0.3", "ray_num_gpus": -2}),
+            ],
+            {},
+        )
+    )
+    with pytest.raises(InventoryError) as error:
+        check_inventory(inventory)
+    message = str(error.value)
+    assert message.startswith("invalid inventory data (1 problem):")
+    assert "host @fake/w2: ray_num_gpus = -2" in message
+    assert "Nothing was changed on any host." in message
+    # Cross-host rules wait for every host's own data to be valid; fix it and the duplicate shows.
+    inventory = Inventory(
+        (
+            [
+                ("@fake/head", {"ray_role": "head", "ray_node_ip": "10.0.0.1"}),
+                ("@fake/w1", {"ray_node_ip": "10.0.0.1"}),
+            ],
+            {},
+        )
+    )
+    with pytest.raises(InventoryError, match=r"host @fake/head, @fake/w1: ray_node_ip = '10.0.0.1'"):
+        check_inventory(inventory)
+
+
+def test_check_inventory_passes_a_good_inventory():
+    inventory = Inventory(
+        (
+            [
+                ("@fake/head", {"ray_role": "head", "ray_node_ip": "10.0.0.1"}),
+                ("@fake/w1", {"ray_node_ip": "10.0.0.2"}),
+            ],
+            {},
+        )
+    )
+    check_inventory(inventory)

@@ -212,6 +212,28 @@ def cluster_nodes() -> list[dict[str, Any]]:
     return nodes
 
 
+def wait_for_nodes(expected_ips: list[str], timeout_s: float = 180) -> list[dict[str, Any]]:
+    """Wait until the alive Ray nodes are exactly one per expected IP; return them.
+
+    A node whose raylet restarted shows up twice for a while (the old entry is
+    declared dead only after the health checks give up), and a node that is
+    still joining is missing; the benchmark must not size its work on either.
+    """
+    wanted = sorted(expected_ips)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        nodes = cluster_nodes()
+        ips = sorted(n["ip"] for n in nodes)
+        if ips == wanted:
+            return nodes
+        if time.monotonic() >= deadline:
+            raise RuntimeError(
+                f"the cluster did not settle within {timeout_s:.0f} s: alive nodes at {', '.join(ips) or 'none'}, "
+                f"expected one each at {', '.join(wanted)}"
+            )
+        time.sleep(2)
+
+
 def _node_label(node: dict[str, Any]) -> str:
     return verdict.host_label(node)
 
@@ -266,13 +288,14 @@ def _describe(exc: BaseException) -> str:
 
 
 def run_devices(nodes: list[dict[str, Any]], quick: bool = False, timeout_s: float = 600) -> list[dict[str, Any]]:
-    """Phase 1: every GPU measured by its own actor, every GPU-less node by one task."""
+    """Phase 1: every GPU measured by its own actor (all at once), every GPU-less node by one task (in turn)."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     gpu_actor = ray.remote(GpuBench)
     cpu_task = ray.remote(_cpu_bench)
     pending: list[tuple[Any, dict[str, Any], str, str]] = []  # (ref, node, device, kind)
+    cpu_nodes: list[tuple[Any, dict[str, Any]]] = []  # (task, node), run one at a time
     actors = []
     entries: list[dict[str, Any]] = []
     for node in nodes:
@@ -285,18 +308,24 @@ def run_devices(nodes: list[dict[str, Any]], quick: bool = False, timeout_s: flo
                 pending.append((actor.run.remote(quick), node, f"gpu #{index}", "gpu"))
         elif node["num_cpus"] >= 1:
             task = cpu_task.options(num_cpus=node["num_cpus"], scheduling_strategy=pin, max_retries=0)
-            pending.append((task.remote(quick), node, "cpu", "cpu"))
+            cpu_nodes.append((task, node))
         else:
             entry = _error_entry(node, "cpu", "cpu", "")
             del entry["error"]
             entry["skipped"] = "the node offers Ray no CPU and no GPU (num_cpus=0), so nothing can run there"
             entries.append(entry)
-    log(
-        f"devices: {sum(1 for p in pending if p[3] == 'gpu')} GPUs, "
-        f"{sum(1 for p in pending if p[3] == 'cpu')} CPU-only nodes"
-    )
-    refs = [p[0] for p in pending]
-    ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout_s) if refs else ([], [])
+    log(f"devices: {len(pending)} GPUs, {len(cpu_nodes)} CPU-only nodes")
+    # GPUs are independent hardware and run at once; CPU-only nodes run one after
+    # another, since hosts that share cores (VMs on one hypervisor, the local lab)
+    # would otherwise measure their contention instead of the node.
+    ready: list[Any] = []
+    for task, node in cpu_nodes:
+        ref = task.remote(quick)
+        pending.append((ref, node, "cpu", "cpu"))
+        ready += ray.wait([ref], timeout=timeout_s)[0]
+    gpu_refs = [p[0] for p in pending if p[3] == "gpu"]
+    if gpu_refs:
+        ready += ray.wait(gpu_refs, num_returns=len(gpu_refs), timeout=timeout_s)[0]
     ready_set = set(ready)
     for ref, node, device, kind in pending:
         if ref not in ready_set:
@@ -597,17 +626,20 @@ def run_cluster(
     sweep_sleep_s: float | None = None,
     timeout_s: int = 600,
     host_aliases: dict[str, str] | None = None,
+    expect_ips: list[str] | None = None,
 ) -> dict[str, Any]:
     """All three phases on the connected Ray cluster (call :func:`connect` first).
 
     ``host_aliases`` maps node IPs to the names the operator knows (the
     inventory's), which then name the nodes everywhere in the report.
+    ``expect_ips``: wait until exactly these nodes are alive before measuring.
     """
     started = time.time()
     t0 = time.perf_counter()
     timing: dict[str, float] = {}
     aliases = host_aliases or {}
-    nodes = rename_hosts(cluster_nodes(), aliases)
+    found = wait_for_nodes(expect_ips, timeout_s=min(timeout_s, 180)) if expect_ips else cluster_nodes()
+    nodes = rename_hosts(found, aliases)
     cpu_only = not any(n["num_gpus"] > 0 for n in nodes)
     log(
         f"cluster: {len(nodes)} nodes, {int(sum(n['num_gpus'] for n in nodes))} GPUs, "
@@ -722,6 +754,10 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="IP=NAME",
         help="name the node at IP as NAME in the report (repeatable), e.g. the inventory's host names",
     )
+    parser.add_argument(
+        "--expect-nodes", default="", metavar="IP,IP,...",
+        help="wait until exactly these nodes are alive before measuring (the inventory's addresses)",
+    )  # fmt: skip
     parser.add_argument("--timeout", type=int, default=600, help="seconds each phase may wait (default 600)")
     parser.add_argument("--verbose", action="store_true", help="show Ray's worker logs")
     return parser
@@ -753,7 +789,11 @@ def main(argv: list[str] | None = None) -> int:
                 sweep_tasks=args.sweep_tasks,
                 timeout_s=args.timeout,
                 host_aliases=aliases,
+                expect_ips=[ip.strip() for ip in args.expect_nodes.split(",") if ip.strip()] or None,
             )
+    except RuntimeError as exc:  # the cluster never settled: a report that says so, judged FAIL
+        result = {"schema": REPORT_SCHEMA, "mode": "cluster", "quick": args.quick, "error": str(exc),
+                  "nodes": [], "devices": [], "allreduce": None, "sweep_test": None}  # fmt: skip
     except ImportError as exc:
         missing = exc.name or str(exc)
         hint = "pip install rayrig[bench] (torch)" if missing == "torch" else "pip install rayrig[train]"

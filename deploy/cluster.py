@@ -11,6 +11,7 @@ from pyinfra import host, inventory
 from deploy.base import base
 from deploy.docker import docker
 from deploy.image import image
+from deploy.post_checks import post_deploy_checks
 from deploy.ray_node import ray_node
 from deploy.validate import validate_once
 
@@ -20,3 +21,4 @@ base()
 docker()
 image()
 ray_node()
+post_deploy_checks()

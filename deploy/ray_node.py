@@ -121,6 +121,7 @@ def docker_run_args(
     ]  # fmt: skip
     if nofile:
         args.append(f"--ulimit=nofile={nofile}:{nofile}")
+    args += [f"--env={name}={value}" for name, value in sorted(settings["ray_env"].items())]
     if num_gpus > 0:
         args.append("--gpus=all")
     return args + [settings["ray_image"], *start_args]
@@ -179,7 +180,7 @@ Wants=network-online.target
 
 [Service]
 ExecStart=/usr/bin/env docker start --attach {container}
-ExecStop=/usr/bin/env docker stop --time 30 {container}
+ExecStop=/bin/sh -c 'docker exec {container} ray stop --grace-period 20 >/dev/null 2>&1; docker stop --time 30 {container}'
 Restart=always
 RestartSec=3
 

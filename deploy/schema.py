@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import ipaddress
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +27,7 @@ _COUNT = {
 }
 _PORT = {"type": "integer", "minimum": 1, "maximum": 65535, "x-expected": "a port number 1-65535"}
 _STRINGS = {"type": "array", "items": {"type": "string", "minLength": 1}, "x-expected": "a list of strings"}
+_FRACTION = {"type": "number", "exclusiveMinimum": 0, "maximum": 1, "x-expected": "a fraction in (0, 1]"}
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 _SIZE = r"^[0-9]+[bkmgBKMG]?$"
 
@@ -35,7 +37,7 @@ PORT_NAMES = (
 )  # fmt: skip
 
 #: Keys whose value must be the same on every host of a cluster.
-CLUSTER_WIDE = ("ray_version", "ray_ports", "ray_image", "ray_container_name")
+CLUSTER_WIDE = ("ray_version", "ray_ports", "ray_image", "ray_container_name", "checks_enabled")
 
 PROPERTIES: dict[str, dict[str, Any]] = {
     "ray_role": {"enum": ["head", "worker"], "x-expected": '"head" or "worker"'},
@@ -89,6 +91,12 @@ PROPERTIES: dict[str, dict[str, Any]] = {
         "additionalProperties": False,
         "x-expected": "a mapping of " + ", ".join(PORT_NAMES) + " to port numbers 1-65535",
     },
+    "ray_env": {
+        "type": "object",
+        "additionalProperties": {"type": "string"},
+        "propertyNames": {"pattern": r"^[A-Za-z_][A-Za-z0-9_]*$"},
+        "x-expected": "a mapping of environment variable names to strings",
+    },
     "ray_head_wait_s": {"type": "integer", "minimum": 0, "x-expected": "a non-negative number of seconds"},
     "docker_source": {"enum": ["distro", "docker"], "x-expected": '"distro" or "docker"'},
     "docker_repo_url": {
@@ -125,6 +133,14 @@ PROPERTIES: dict[str, dict[str, Any]] = {
         "x-expected": "null or {registry, username, password}",
     },
     "base_extra_packages": _STRINGS,
+    "checks_enabled": {"type": "boolean", "x-expected": "true or false"},
+    "checks_profile": {"enum": ["full", "quick"], "x-expected": '"full" or "quick"'},
+    "checks_matmul_min_fraction": _FRACTION,
+    "checks_membw_min_fraction": _FRACTION,
+    "checks_outlier_fraction": _FRACTION,
+    "checks_timeout_s": {"type": "integer", "minimum": 30, "x-expected": "a number of seconds of at least 30"},
+    "checks_report_dir": {"type": "string", "minLength": 1, "x-expected": "a folder path"},
+    "checks_cluster_name": {"type": "string", "pattern": _NAME, "x-expected": "a name of letters, digits, . _ -"},
     "base_wait_timeout_s": {"type": "integer", "minimum": 0, "x-expected": "a non-negative number of seconds"},
 }
 
@@ -137,14 +153,33 @@ SCHEMA: dict[str, Any] = {
 _VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
 
 
+_SECRET_NAME = re.compile(r"pa?s+w|pwd|secret|token", re.IGNORECASE)
+_AUTH_PUBLIC = ("registry", "username")
+
+
+def _redact(key: str, value: Any) -> Any:
+    """``value`` with secrets replaced by "***": whatever sits under a secret-looking
+    name, anything but a mapping under an ``*auth*`` name, and in an ``*auth*``
+    mapping everything but registry and username."""
+    is_auth = "auth" in key.lower()
+    if _SECRET_NAME.search(key) or (is_auth and value is not None and not isinstance(value, Mapping)):
+        return "***"
+    if isinstance(value, Mapping):
+        return {k: "***" if is_auth and k not in _AUTH_PUBLIC else _redact(str(k), v) for k, v in value.items()}
+    return value
+
+
 @dataclass(frozen=True)
 class Problem:
-    """One thing wrong with the inventory."""
+    """One thing wrong with the inventory (secrets in the value are masked)."""
 
     host: str
     key: str
     value: Any
     expected: str
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "value", _redact(self.key, self.value))
 
     def __str__(self) -> str:
         return f"host {self.host}: {self.key} = {self.value!r}: expected {self.expected}"

@@ -1,4 +1,4 @@
-"""``rayrig deploy`` and ``rayrig demo``: thin wrappers that run pyinfra from the repository root."""
+"""``rayrig deploy``, ``rayrig check`` and ``rayrig demo``: thin wrappers that run pyinfra from the repository root."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from pathlib import Path
 from rayrig.paths import repo_root
 
 DEPLOY_FILE = "deploy/cluster.py"
+CHECKS_FILE = "checks/post_deploy.py"
 
 
 def pyinfra_command(inventory: str | Path, deploy_file: str = DEPLOY_FILE, extra: Sequence[str] = ()) -> list[str]:
@@ -59,6 +60,11 @@ def _cmd_deploy(args: argparse.Namespace) -> int:
     return run_pyinfra(args.inventory, extra=args.pyinfra_args)
 
 
+def _cmd_check(args: argparse.Namespace) -> int:
+    status = run_pyinfra(args.inventory, deploy_file=CHECKS_FILE, extra=args.pyinfra_args)
+    return 0 if status == 0 else 1
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     from cloud import local
 
@@ -75,11 +81,18 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add ``rayrig deploy`` and ``rayrig demo``."""
+    """Add ``rayrig deploy``, ``rayrig check`` and ``rayrig demo``."""
     deploy = subparsers.add_parser("deploy", help="run deploy/cluster.py on an inventory (pyinfra ... -y)")
     deploy.add_argument("inventory", help="pyinfra inventory file, e.g. inventories/prod.py")
     deploy.add_argument("pyinfra_args", nargs=argparse.REMAINDER, help="more pyinfra arguments (--dry, --limit ...)")
     deploy.set_defaults(func=_cmd_deploy)
+
+    check = subparsers.add_parser(
+        "check", help="run the post-deploy checks on a deployed cluster (exit 0 PASS/WARN, 1 FAIL)"
+    )
+    check.add_argument("inventory", help="pyinfra inventory file")
+    check.add_argument("pyinfra_args", nargs=argparse.REMAINDER, help="more pyinfra arguments")
+    check.set_defaults(func=_cmd_check)
 
     demo = subparsers.add_parser("demo", help="bring up the local lab and deploy a Ray cluster to it")
     demo.add_argument("--hosts", type=int, default=3, help="hosts in the lab (default: %(default)s)")

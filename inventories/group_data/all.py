@@ -34,6 +34,7 @@ ray_ports = {  # every port Ray listens on, pinned so that firewalls and securit
     "worker_min": 10002,  # first port of the worker range, every node
     "worker_max": 10999,  # last port of the worker range, every node
 }
+ray_env = {}  # environment of the ray-node container, e.g. {"NCCL_SOCKET_IFNAME": "eth0"}; not for secrets
 ray_head_wait_s = 120  # how long the deploy waits for the head's GCS port to answer before workers join
 
 # --- Docker ----------------------------------------------------------------
@@ -48,3 +49,13 @@ docker_registry_auth = None  # {"registry": ..., "username": ..., "password": ..
 # --- Base ------------------------------------------------------------------
 base_extra_packages = []  # more OS packages to install on every host
 base_wait_timeout_s = 600  # how long to wait for cloud-init and package-manager locks on a fresh host
+
+# --- Post-deploy checks ----------------------------------------------------
+checks_enabled = True  # run the checks (preflight, cluster state, benchmark) at the end of the deploy
+checks_profile = "full"  # "full" or "quick" (fewer iterations, all-reduce sizes capped lower)
+checks_matmul_min_fraction = 0.65  # FAIL a GPU whose bf16 matmul TFLOPS is below this fraction of its spec
+checks_membw_min_fraction = 0.80  # FAIL a GPU whose copy bandwidth is below this fraction of its spec
+checks_outlier_fraction = 0.9  # FAIL a GPU or node below this fraction of its peers' median
+checks_timeout_s = 900  # how long each benchmark phase may take
+checks_report_dir = "reports"  # where the JSON report and the plot are saved on the operator's machine
+checks_cluster_name = "cluster"  # names the report files: reports/checks-<name>-<time>.json

@@ -1,0 +1,16 @@
+"""Run the post-deploy checks alone, on a cluster that is already deployed.
+
+    pyinfra inventories/prod.py checks/post_deploy.py
+    rayrig check inventories/prod.py        # the same; exit 0 on PASS or WARN, 1 on FAIL
+
+The inventory is validated first, like the deploy. Nothing is changed on any host.
+"""
+
+from pyinfra import host, inventory
+
+from deploy.post_checks import post_deploy_checks
+from deploy.validate import validate_once
+
+validate_once(host.state, inventory)
+
+post_deploy_checks(always=True)

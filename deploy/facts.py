@@ -188,3 +188,28 @@ class NvidiaGpus(FactBase):
                 "memory_mib": [int(g[2]) if g[2].isdigit() else None for g in gpus],
             }
         return {"pci_count": pci, "driver": driver}
+
+
+class NvSwitches(FactBase):
+    """The number of NVIDIA NVSwitch chips on the PCI bus (HGX/DGX boards): PCI class
+    0x0680 (bridge) with vendor 0x10de. Such systems need nvidia-fabricmanager."""
+
+    @staticmethod
+    def default() -> int:
+        return 0
+
+    def command(self) -> str:
+        return (
+            "n=0; for d in /sys/bus/pci/devices/*; do "
+            '[ -r "$d/vendor" ] || continue; '
+            '[ "$(cat "$d/vendor")" = 0x10de ] || continue; '
+            'case "$(cat "$d/class")" in 0x0680*) n=$((n+1));; esac; done; '
+            'echo "NVSWITCHES=$n"'
+        )
+
+    def process(self, output: list[str]) -> int:
+        for line in output:
+            if line.startswith("NVSWITCHES="):
+                value = line.split("=", 1)[1].strip()
+                return int(value) if value.isdigit() else 0
+        return 0

@@ -180,7 +180,8 @@ Wants=network-online.target
 
 [Service]
 ExecStart=/usr/bin/env docker start --attach {container}
-ExecStop=/bin/sh -c 'docker exec {container} ray stop --grace-period 20 >/dev/null 2>&1; docker stop --time 30 {container}'
+ExecStop=-/usr/bin/env docker exec {container} ray stop --grace-period 20
+ExecStop=/usr/bin/env docker stop --time 30 {container}
 Restart=always
 RestartSec=3
 

@@ -93,12 +93,17 @@ class Lab:
         return self.sh(h, "sudo docker inspect --format '{{.Id}}' ray-node").strip()
 
     def ray_python(self, code: str, timeout: float = 300) -> dict:
-        """Run Python inside the head's ray-node container; it prints one JSON line last."""
+        """Run Python inside the head's ray-node container; it prints one line ``RESULT <json>``.
+
+        Ray's own warnings share the output stream, so the result line is marked.
+        """
         script = textwrap.dedent(code)
         command = "sudo docker exec -i ray-node python -"
         status, output = remote.run_with_input(self.target(self.head), command, script, timeout=timeout)
         assert status == 0, f"python in the head container failed ({status}): {output[-3000:]}"
-        return json.loads(output.strip().splitlines()[-1])
+        results = [line[len("RESULT ") :] for line in output.splitlines() if line.startswith("RESULT ")]
+        assert results, f"no RESULT line in: {output[-3000:]}"
+        return json.loads(results[-1])
 
 
 CLUSTER_STATE = """
@@ -110,7 +115,7 @@ while True:
     if len(nodes) >= {expect} or time.time() > deadline:
         break
     time.sleep(2)
-print(json.dumps({{"nodes": [{{"id": n["NodeID"], "ip": n["NodeManagerAddress"], "resources": n["Resources"]}}
+print("RESULT", json.dumps({{"nodes": [{{"id": n["NodeID"], "ip": n["NodeManagerAddress"], "resources": n["Resources"]}}
                             for n in nodes],
                   "total": ray.cluster_resources()}}))
 """
@@ -170,7 +175,7 @@ ray.init(address="auto", logging_level="ERROR")
 def where():
     return ray.util.get_node_ip_address()
 
-print(json.dumps({{name: ray.get(where.options(resources={{name: 0.01}}).remote(), timeout=120)
+print("RESULT", json.dumps({{name: ray.get(where.options(resources={{name: 0.01}}).remote(), timeout=120)
                   for name in {names!r}}}))
 """
 

@@ -186,6 +186,56 @@ def test_task_pinned_by_custom_resource_runs_on_its_node(lab, first_deploy):
     assert ran_on == names
 
 
+def report_paths(output: str) -> tuple[Path, Path]:
+    """The JSON report and the plot the checks say they saved."""
+    json_path = re.search(r"--> JSON report: (\S+)", output)
+    plot_path = re.search(r"--> bus bandwidth plot: (\S+)", output)
+    assert json_path and plot_path, output[-3000:]
+    return Path(json_path[1]), Path(plot_path[1])
+
+
+def test_checks_pass_at_the_end_of_the_deploy(lab, first_deploy):
+    output = first_deploy.stdout + first_deploy.stderr
+    assert "Running the post-deploy checks" in output
+    json_path, plot_path = report_paths(output)
+    report = json.loads(json_path.read_text())
+    assert report["verdict"]["status"] == "PASS", report["verdict"]
+    assert "VERDICT: PASS" in output
+    assert plot_path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert sorted(d["ip"] for d in report["devices"]) == sorted(h["address"] for h in lab.hosts)
+    assert all(d["matmul"]["tflops"] > 0 for d in report["devices"])
+    assert report["allreduce"]["world_size"] == HOSTS
+    assert report["allreduce"]["value_check"]["ok"] is True
+    assert all(row["busbw_gbps"] > 0 for row in report["allreduce"]["sweep"])
+    assert report["sweep_test"]["completed"] == report["sweep_test"]["tasks"]
+    assert not report["sweep_test"]["missing_nodes"]
+    assert set(report["preflight"]) == {h["address"] for h in lab.hosts}
+
+
+def test_a_slow_node_is_named_by_the_checks(lab, first_deploy):
+    slow = lab.workers[0]
+    # A tenth of a CPU for the worker's Ray container: its matmul rate drops far below its peers'.
+    lab.sh(slow, "sudo docker update --cpus 0.1 ray-node")
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "rayrig", "check", "inventories/lab.py"],
+            cwd=repo_root(),
+            env={**os.environ, "RAYRIG_LAB": LAB},
+            capture_output=True,
+            text=True,
+            timeout=1200,
+        )
+    finally:
+        lab.sh(slow, "sudo docker update --cpus 0 ray-node")
+    output = result.stdout + result.stderr
+    assert result.returncode == 1, output[-3000:]
+    report = json.loads(report_paths(output)[0].read_text())
+    assert report["verdict"]["status"] == "FAIL"
+    assert slow["name"] in report["verdict"]["slow_hosts"]
+    assert [h for h in lab.hosts if h["name"] in report["verdict"]["slow_hosts"]] == [slow]
+    assert re.search(rf"SLOW HOSTS: {re.escape(slow['name'])}\b", output)
+
+
 def test_second_deploy_changes_nothing(lab, first_deploy):
     before = {h["address"]: lab.container_id(h) for h in lab.hosts}
     result = deploy("inventories/lab.py")

@@ -1,0 +1,605 @@
+"""The cluster spec of an EC2 sprint cluster: a TOML file, its JSON Schema, and loading.
+
+``load_spec(path)`` reads and validates a spec completely (schema, then the
+rules that span keys, then the host data against ``deploy/schema.py``) before
+anything talks to AWS, and raises ``SpecError`` listing every problem, each
+naming the file, the key, the value found and what is expected.
+
+A spec, with every optional key shown (see ``examples/sprint42.toml``)::
+
+    name = "sprint42"                   # the cluster's name, tag rayrig:cluster
+    region = "us-east-1"
+    owner = "aiko@example.com"          # tag rayrig:owner
+    ttl = "7d"                          # expiry = first up + ttl (tag rayrig:expires-at)
+    admin_cidrs = ["198.51.100.0/24"]   # who may SSH in; nobody else reaches anything
+    allow_ssh_from_anywhere = false     # must be true to list 0.0.0.0/0 or ::/0
+    ssh_public_key = "~/.ssh/id_ed25519.pub"
+    ssh_private_key = "~/.ssh/id_ed25519"   # default: the public key's path without .pub
+    placement_group = true              # a cluster placement group for the workers
+
+    [ami]                               # exactly one of id / ssm_parameter
+    ssm_parameter = "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id"
+    # id = "ami-0123456789abcdef0"
+    # ssh_user = "ubuntu"               # default: from the AMI's family
+
+    [network]                           # all optional
+    # vpc_id = "vpc-..."  subnet_id = "subnet-..."   # use these instead of creating a VPC
+    vpc_cidr = "10.42.0.0/16"
+    subnet_cidr = "10.42.0.0/20"
+    availability_zone = "us-east-1a"
+    public_ips = true
+    # bastion = "ec2-user@bastion.example.com"      # reach private addresses through it
+    internet_egress = true              # outbound internet (package and image pulls)
+
+    [head]
+    instance_type = "m5.2xlarge"
+    market = "on-demand"                # or "spot"
+    root_volume_gb = 200
+
+    [[workers]]
+    name = "gpu"
+    instance_type = "g5.12xlarge"
+    count = 2
+    root_volume_gb = 500
+    host_data = { ray_resources = { a10g = 4 } }
+
+    [host_data]                         # passed to every host by inventories/ec2.py
+    ray_image = "rayproject/ray:2.60.0-py311-gpu"
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import datetime as dt
+import difflib
+import ipaddress
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+
+try:  # Python 3.11+
+    import tomllib
+except ModuleNotFoundError:  # pragma: no cover - Python 3.10 needs the tomli backport
+    import tomli as tomllib  # type: ignore[no-redef]
+
+MAX_TTL = dt.timedelta(days=30)
+
+#: Host data keys that inventories/ec2.py sets itself; a spec may not set them.
+RESERVED_HOST_DATA = (
+    "ray_role",
+    "ray_num_gpus",
+    "ray_node_ip",
+    "ssh_user",
+    "ssh_key",
+    "ssh_hostname",
+    "ssh_port",
+    "ssh_config_file",
+    "ssh_password",
+)
+
+#: Key types EC2's ImportKeyPair accepts.
+KEY_TYPES = ("ssh-ed25519", "ssh-rsa")
+
+_TTL = r"^(?=[0-9])([0-9]+d)?([0-9]+h)?([0-9]+m)?$"
+
+_HOST_DATA = {
+    "type": "object",
+    "propertyNames": {"pattern": r"^[a-z][a-z0-9_]*$"},
+    "x-expected": "a table of host data keys (lower-case names) to values",
+}
+
+_GROUP_PROPERTIES: dict[str, Any] = {
+    "instance_type": {
+        "type": "string",
+        "pattern": r"^[a-z][a-z0-9-]*\.[a-z0-9-]+$",
+        "x-expected": 'an EC2 instance type such as "g5.12xlarge"',
+    },
+    "market": {"enum": ["on-demand", "spot"], "x-expected": '"on-demand" or "spot"'},
+    "root_volume_gb": {
+        "type": "integer",
+        "minimum": 8,
+        "maximum": 16384,
+        "x-expected": "a root volume size in GB from 8 to 16384",
+    },
+    "host_data": _HOST_DATA,
+}
+
+_HEAD = {
+    "type": "object",
+    "properties": {
+        **_GROUP_PROPERTIES,
+        "count": {"const": 1, "x-expected": "1 (a cluster has exactly one head)"},
+    },
+    "required": ["instance_type"],
+    "additionalProperties": False,
+    "x-expected": "a table with instance_type and optionally market, root_volume_gb, host_data",
+}
+
+_WORKER = {
+    "type": "object",
+    "properties": {
+        **_GROUP_PROPERTIES,
+        "name": {
+            "type": "string",
+            "pattern": r"^[a-z][a-z0-9-]{0,19}$",
+            "x-expected": "a group name: lower-case letters, digits and '-', at most 20 characters",
+        },
+        "count": {"type": "integer", "minimum": 1, "maximum": 64, "x-expected": "an integer from 1 to 64"},
+    },
+    "required": ["name", "instance_type", "count"],
+    "additionalProperties": False,
+    "x-expected": "a table with name, instance_type, count and optionally market, root_volume_gb, host_data",
+}
+
+SCHEMA: dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "type": "object",
+    "properties": {
+        "name": {
+            "type": "string",
+            "pattern": r"^[a-z][a-z0-9-]{0,30}[a-z0-9]$",
+            "x-expected": "a cluster name: 2-32 lower-case letters, digits and '-', starting with a letter",
+        },
+        "region": {
+            "type": "string",
+            "pattern": r"^[a-z]{2}(-gov)?-[a-z]+-[0-9]$",
+            "x-expected": 'an AWS region such as "us-east-1"',
+        },
+        "owner": {
+            "type": "string",
+            "pattern": r"^[A-Za-z0-9_.:/=+@ -]{1,128}$",
+            "x-expected": "who owns the cluster, such as an e-mail address (1-128 characters)",
+        },
+        "ttl": {
+            "type": "string",
+            "pattern": _TTL,
+            "x-expected": 'a duration such as "12h", "7d" or "1d12h", at most 30d',
+        },
+        "admin_cidrs": {
+            "type": "array",
+            "minItems": 1,
+            "items": {"type": "string"},
+            "x-expected": 'a non-empty list of the CIDRs that may SSH in, such as ["198.51.100.0/24"]',
+        },
+        "allow_ssh_from_anywhere": {"type": "boolean", "x-expected": "true or false"},
+        "ssh_public_key": {"type": "string", "minLength": 1, "x-expected": "the path of an SSH public key (.pub)"},
+        "ssh_private_key": {"type": "string", "minLength": 1, "x-expected": "the path of the matching private key"},
+        "placement_group": {"type": "boolean", "x-expected": "true or false"},
+        "ami": {
+            "type": "object",
+            "properties": {
+                "id": {
+                    "type": "string",
+                    "pattern": r"^ami-([0-9a-f]{8}|[0-9a-f]{17})$",
+                    "x-expected": 'an AMI id such as "ami-0123456789abcdef0"',
+                },
+                "ssm_parameter": {
+                    "type": "string",
+                    "pattern": r"^/[A-Za-z0-9_.\-/]+$",
+                    "x-expected": "an SSM parameter name starting with '/' that holds an AMI id",
+                },
+                "ssh_user": {
+                    "type": "string",
+                    "pattern": r"^[a-z_][a-z0-9_-]{0,31}$",
+                    "x-expected": 'a Unix user name such as "ubuntu"',
+                },
+            },
+            "additionalProperties": False,
+            "x-expected": "a table with id or ssm_parameter, and optionally ssh_user",
+        },
+        "network": {
+            "type": "object",
+            "properties": {
+                "vpc_id": {"type": "string", "pattern": r"^vpc-[0-9a-f]{8,17}$", "x-expected": "a VPC id (vpc-...)"},
+                "subnet_id": {
+                    "type": "string",
+                    "pattern": r"^subnet-[0-9a-f]{8,17}$",
+                    "x-expected": "a subnet id (subnet-...)",
+                },
+                "vpc_cidr": {"type": "string", "x-expected": 'an IPv4 CIDR from /16 to /24, such as "10.42.0.0/16"'},
+                "subnet_cidr": {"type": "string", "x-expected": "an IPv4 CIDR inside vpc_cidr"},
+                "availability_zone": {
+                    "type": "string",
+                    "pattern": r"^[a-z]{2}(-gov)?-[a-z]+-[0-9][a-z]$",
+                    "x-expected": 'an availability zone of the region, such as "us-east-1a"',
+                },
+                "public_ips": {"type": "boolean", "x-expected": "true or false"},
+                "bastion": {
+                    "type": "string",
+                    "pattern": r"^([a-z_][a-z0-9_-]*@)?[A-Za-z0-9.-]+(:[0-9]{1,5})?$",
+                    "x-expected": 'a bastion host for ProxyJump, such as "ec2-user@bastion.example.com"',
+                },
+                "bastion_ssh_key": {"type": "string", "minLength": 1, "x-expected": "the path of a private key"},
+                "internet_egress": {"type": "boolean", "x-expected": "true or false"},
+            },
+            "additionalProperties": False,
+            "x-expected": "a table of network settings",
+        },
+        "head": _HEAD,
+        "workers": {"type": "array", "items": _WORKER, "x-expected": "an array of tables ([[workers]])"},
+        "host_data": _HOST_DATA,
+    },
+    "required": ["name", "region", "owner", "ttl", "admin_cidrs", "ssh_public_key", "ami", "head"],
+    "additionalProperties": False,
+}
+
+_VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
+
+
+class SpecError(ValueError):
+    """A cluster spec is invalid; ``problems`` holds one line per finding."""
+
+    def __init__(self, source: str, problems: list[str]):
+        self.source = source
+        self.problems = problems
+        count = len(problems)
+        lines = [f"invalid cluster spec {source} ({count} problem{'s' if count != 1 else ''}):"]
+        lines += [f"  - {p}" for p in problems]
+        lines.append("Nothing was created and AWS was not contacted.")
+        super().__init__("\n".join(lines))
+
+
+@dataclass(frozen=True)
+class GroupSpec:
+    """One group of identical instances: the head, or a group of workers."""
+
+    name: str
+    role: str
+    instance_type: str
+    count: int
+    market: str = "on-demand"
+    root_volume_gb: int = 100
+    host_data: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def spot(self) -> bool:
+        """Whether the group runs on spot instances."""
+        return self.market == "spot"
+
+
+@dataclass(frozen=True)
+class AmiSpec:
+    """The image: an explicit id or an SSM parameter holding one, and an optional SSH user."""
+
+    id: str | None = None
+    ssm_parameter: str | None = None
+    ssh_user: str | None = None
+
+
+@dataclass(frozen=True)
+class NetworkSpec:
+    """Where the instances live and how they are reached."""
+
+    vpc_id: str | None = None
+    subnet_id: str | None = None
+    vpc_cidr: str = "10.42.0.0/16"
+    subnet_cidr: str = "10.42.0.0/20"
+    availability_zone: str | None = None
+    public_ips: bool = True
+    bastion: str | None = None
+    bastion_ssh_key: Path | None = None
+    internet_egress: bool = True
+
+    @property
+    def existing(self) -> bool:
+        """Whether the spec names an existing VPC and subnet (rayrig then creates no network)."""
+        return self.vpc_id is not None
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """A validated cluster spec (see the module docstring for the file format)."""
+
+    path: Path
+    name: str
+    region: str
+    owner: str
+    ttl: dt.timedelta
+    ttl_text: str
+    admin_cidrs: tuple[str, ...]
+    allow_ssh_from_anywhere: bool
+    ssh_public_key: Path
+    ssh_private_key: Path | None
+    ami: AmiSpec
+    head: GroupSpec
+    workers: tuple[GroupSpec, ...]
+    network: NetworkSpec
+    placement_group: bool
+    host_data: dict[str, Any]
+
+    @property
+    def groups(self) -> tuple[GroupSpec, ...]:
+        """The head group first, then the worker groups."""
+        return (self.head, *self.workers)
+
+    def public_key_material(self) -> bytes:
+        """The SSH public key's line, as EC2's ImportKeyPair takes it."""
+        return self.ssh_public_key.read_bytes().strip()
+
+
+def parse_ttl(text: str) -> dt.timedelta:
+    """A duration such as ``"12h"``, ``"7d"``, ``"1d12h"`` or ``"90m"`` as a timedelta.
+
+    >>> parse_ttl("1d12h")
+    datetime.timedelta(days=1, seconds=43200)
+    """
+    match = re.fullmatch(_TTL, text)
+    if not match:
+        raise ValueError(f"expected a duration such as '12h' or '7d', found {text!r}")
+    days, hours, minutes = (int(g[:-1]) if g else 0 for g in match.groups())
+    return dt.timedelta(days=days, hours=hours, minutes=minutes)
+
+
+def load_spec(path: str | Path) -> ClusterSpec:
+    """Read and validate the cluster spec at ``path``; raise ``SpecError`` listing every problem."""
+    path = Path(path).expanduser()
+    source = str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SpecError(source, [f"{source}: no such file"]) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError(source, [f"{source}: cannot read it ({exc})"]) from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise SpecError(source, [f"{source}: not valid TOML: {exc}"]) from None
+    return parse_spec(data, path)
+
+
+def parse_spec(data: Mapping[str, Any], path: Path) -> ClusterSpec:
+    """Validate already-parsed spec ``data`` (read from ``path``) and build a ``ClusterSpec``."""
+    source = str(path)
+    problems = _schema_problems(data, source)
+    if problems:
+        raise SpecError(source, problems)
+    problems = []
+    base = path.parent
+
+    def where(key: str, value: Any, expected: str) -> None:
+        if value is ...:
+            problems.append(f"{source}: {key}: missing; expected {expected}")
+        else:
+            problems.append(f"{source}: {key} = {_show(value)}: expected {expected}")
+
+    # --- TTL ---
+    ttl = parse_ttl(data["ttl"])
+    if not dt.timedelta(0) < ttl <= MAX_TTL:
+        where("ttl", data["ttl"], "a duration above 0 and at most 30d")
+
+    # --- admin CIDRs ---
+    allow_anywhere = bool(data.get("allow_ssh_from_anywhere", False))
+    cidrs: list[str] = []
+    for i, text in enumerate(data["admin_cidrs"]):
+        try:
+            net = ipaddress.ip_network(text, strict=True)
+        except ValueError as exc:
+            hint = ""
+            with contextlib.suppress(ValueError):
+                hint = f" (did you mean {str(ipaddress.ip_network(text, strict=False))!r}?)"
+            where(f"admin_cidrs[{i}]", text, f"a CIDR such as '198.51.100.0/24' ({exc}){hint}")
+            continue
+        if net.prefixlen == 0 and not allow_anywhere:
+            where(
+                f"admin_cidrs[{i}]",
+                text,
+                "your office's or VPN's CIDR: SSH from the whole internet needs allow_ssh_from_anywhere = true",
+            )
+        cidrs.append(str(net))
+
+    # --- SSH keys ---
+    public_key = _resolve(base, data["ssh_public_key"])
+    key_problem = _public_key_problem(public_key)
+    if key_problem:
+        where("ssh_public_key", data["ssh_public_key"], key_problem)
+    private_key: Path | None = None
+    if "ssh_private_key" in data:
+        private_key = _resolve(base, data["ssh_private_key"])
+        if not private_key.is_file():
+            where(
+                "ssh_private_key", data["ssh_private_key"], f"an existing private key file ({private_key} is missing)"
+            )
+    elif public_key.suffix == ".pub" and public_key.with_suffix("").is_file():
+        private_key = public_key.with_suffix("")
+
+    # --- AMI ---
+    ami_data = data["ami"]
+    if ("id" in ami_data) == ("ssm_parameter" in ami_data):
+        where("ami", dict(ami_data), "exactly one of ami.id or ami.ssm_parameter")
+    ami = AmiSpec(ami_data.get("id"), ami_data.get("ssm_parameter"), ami_data.get("ssh_user"))
+
+    # --- network ---
+    network = _network(data.get("network", {}), data["region"], base, where)
+
+    # --- groups ---
+    head = _group(data["head"], "head", "head")
+    workers = tuple(_group(w, w["name"], "worker") for w in data.get("workers", []))
+    seen: set[str] = set()
+    for i, worker in enumerate(workers):
+        if worker.name == "head" or worker.name in seen:
+            where(f"workers[{i}].name", worker.name, "a name used by no other group (and not 'head')")
+        seen.add(worker.name)
+
+    # --- host data ---
+    host_data = dict(data.get("host_data", {}))
+    problems += _host_data_problems(source, "host_data", host_data, {})
+    problems += _host_data_problems(source, "head.host_data", head.host_data, host_data)
+    for i, worker in enumerate(workers):
+        problems += _host_data_problems(source, f"workers[{i}].host_data", worker.host_data, host_data)
+
+    if problems:
+        raise SpecError(source, problems)
+    return ClusterSpec(
+        path=path.resolve(),
+        name=data["name"],
+        region=data["region"],
+        owner=data["owner"],
+        ttl=ttl,
+        ttl_text=data["ttl"],
+        admin_cidrs=tuple(cidrs),
+        allow_ssh_from_anywhere=allow_anywhere,
+        ssh_public_key=public_key,
+        ssh_private_key=private_key,
+        ami=ami,
+        head=head,
+        workers=workers,
+        network=network,
+        placement_group=bool(data.get("placement_group", True)),
+        host_data=host_data,
+    )
+
+
+def _resolve(base: Path, text: str) -> Path:
+    path = Path(text).expanduser()
+    return path if path.is_absolute() else (base / path).resolve()
+
+
+def _public_key_problem(path: Path) -> str | None:
+    if not path.is_file():
+        return f"an existing SSH public key file ({path} is missing)"
+    try:
+        text = path.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        return f"a readable SSH public key file ({path} cannot be read as text)"
+    if text.startswith("-----BEGIN"):
+        return f"a public key (.pub): {path} holds a private key, which must never leave your machine"
+    parts = text.split()
+    if len(parts) < 2 or parts[0] not in KEY_TYPES:
+        found = parts[0] if parts else "an empty file"
+        return f"an ssh-ed25519 or ssh-rsa public key (EC2 imports only these), found {found[:40]!r}"
+    try:
+        base64.b64decode(parts[1], validate=True)
+    except ValueError:
+        return "a public key line 'TYPE BASE64 [comment]' (the key's base64 part is damaged)"
+    return None
+
+
+def _network(data: Mapping[str, Any], region: str, base: Path, where: Any) -> NetworkSpec:
+    vpc_id, subnet_id = data.get("vpc_id"), data.get("subnet_id")
+    if (vpc_id is None) != (subnet_id is None):
+        missing = "network.subnet_id" if subnet_id is None else "network.vpc_id"
+        where(missing, ..., "both network.vpc_id and network.subnet_id, or neither (rayrig then creates a VPC)")
+    if vpc_id is not None:
+        for key in ("vpc_cidr", "subnet_cidr", "availability_zone"):
+            if key in data:
+                where(f"network.{key}", data[key], "no value: it applies only to a VPC that rayrig creates")
+    vpc_cidr = data.get("vpc_cidr", NetworkSpec.vpc_cidr)
+    subnet_cidr = data.get("subnet_cidr", NetworkSpec.subnet_cidr)
+    vpc_net = _ipv4_net(vpc_cidr, 16, 24)
+    if vpc_net is None:
+        where("network.vpc_cidr", vpc_cidr, "an IPv4 CIDR from /16 to /24, such as '10.42.0.0/16'")
+    subnet_net = _ipv4_net(subnet_cidr, 16, 28)
+    if subnet_net is None or (vpc_net is not None and not subnet_net.subnet_of(vpc_net)):
+        where("network.subnet_cidr", subnet_cidr, f"an IPv4 CIDR (/16 to /28) inside vpc_cidr {vpc_cidr}")
+    zone = data.get("availability_zone")
+    if zone is not None and not zone.startswith(region):
+        where("network.availability_zone", zone, f"an availability zone of region {region}, such as '{region}a'")
+    public_ips = data.get("public_ips", True)
+    bastion = data.get("bastion")
+    if not public_ips and bastion is None and subnet_id is None:
+        where(
+            "network.public_ips",
+            public_ips,
+            "true, unless network.bastion is set or your own subnet (network.subnet_id) is reachable from you",
+        )
+    bastion_key = None
+    if "bastion_ssh_key" in data:
+        bastion_key = _resolve(base, data["bastion_ssh_key"])
+        if not bastion_key.is_file():
+            where(
+                "network.bastion_ssh_key", data["bastion_ssh_key"], f"an existing key file ({bastion_key} is missing)"
+            )
+    return NetworkSpec(
+        vpc_id=vpc_id,
+        subnet_id=subnet_id,
+        vpc_cidr=vpc_cidr,
+        subnet_cidr=subnet_cidr,
+        availability_zone=zone,
+        public_ips=public_ips,
+        bastion=bastion,
+        bastion_ssh_key=bastion_key,
+        internet_egress=data.get("internet_egress", True),
+    )
+
+
+def _ipv4_net(text: str, shortest: int, longest: int) -> ipaddress.IPv4Network | None:
+    try:
+        net = ipaddress.ip_network(text, strict=True)
+    except ValueError:
+        return None
+    if not isinstance(net, ipaddress.IPv4Network) or not shortest <= net.prefixlen <= longest:
+        return None
+    return net
+
+
+def _group(data: Mapping[str, Any], name: str, role: str) -> GroupSpec:
+    return GroupSpec(
+        name=name,
+        role=role,
+        instance_type=data["instance_type"],
+        count=data.get("count", 1),
+        market=data.get("market", "on-demand"),
+        root_volume_gb=data.get("root_volume_gb", 100),
+        host_data=dict(data.get("host_data", {})),
+    )
+
+
+def _host_data_problems(source: str, key: str, data: Mapping[str, Any], under: Mapping[str, Any]) -> list[str]:
+    """Reserved keys, then the deploy's own schema (deploy/schema.py) on the merged data."""
+    from deploy.schema import validate_host
+
+    problems = [
+        f"{source}: {key}.{k} = {data[k]!r}: expected no value: inventories/ec2.py sets {k} itself"
+        for k in data
+        if k in RESERVED_HOST_DATA
+    ]
+    merged = {**under, **{k: v for k, v in data.items() if k not in RESERVED_HOST_DATA}}
+    for problem in validate_host(key, merged):
+        if problem.key.split("[")[0] in data:  # report each key once, where it is set
+            problems.append(f"{source}: {key}.{problem.key} = {problem.value!r}: expected {problem.expected}")
+    return problems
+
+
+def _show(value: Any) -> str:
+    """A value as the spec's author wrote it (TOML's true/false, not Python's)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return repr(value)
+
+
+def _label(path: Any) -> str:
+    label = ""
+    for part in path:
+        label += f"[{part}]" if isinstance(part, int) else (f".{part}" if label else str(part))
+    return label or "(top level)"
+
+
+def _schema_problems(data: Mapping[str, Any], source: str) -> list[str]:
+    problems = []
+    for error in sorted(_VALIDATOR.iter_errors(data), key=lambda e: [str(p) for p in e.absolute_path]):
+        label = _label(error.absolute_path)
+        if error.validator == "required":
+            missing = error.message.split("'")[1]
+            schema = error.schema.get("properties", {}).get(missing, {})
+            where = f"{label}.{missing}" if error.absolute_path else missing
+            problems.append(f"{source}: {where}: missing; expected {schema.get('x-expected', 'a value')}")
+        elif error.validator == "additionalProperties":
+            known = sorted(error.schema.get("properties", {}))
+            for extra in sorted(set(error.instance) - set(known)):
+                close = difflib.get_close_matches(extra, known, n=1, cutoff=0.6)
+                hint = f"did you mean {close[0]!r}? " if close else ""
+                where = f"{label}.{extra}" if error.absolute_path else extra
+                problems.append(f"{source}: {where}: unknown key; {hint}expected one of {', '.join(known)}")
+        elif error.validator == "propertyNames":
+            problems.append(
+                f"{source}: {label}: key {error.instance!r}: expected a lower-case name (letters, digits, _)"
+            )
+        else:
+            expected = error.schema.get("x-expected", error.message)
+            problems.append(f"{source}: {label} = {_show(error.instance)}: expected {expected}")
+    return problems

@@ -1,0 +1,139 @@
+"""``rayrig cloud ls`` and ``rayrig cloud reap`` against moto."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cloud import ec2
+from cloud.spec import load_spec
+from tests.cloud.conftest import PlacementGroups, base_spec, raw_client
+
+pytestmark = pytest.mark.cloud
+
+
+def run_cli(*argv: str) -> int:
+    parser = argparse.ArgumentParser(prog="rayrig")
+    ec2.register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(list(argv))
+    return args.func(args)
+
+
+@pytest.fixture
+def two_clusters(write_spec: Callable[..., Path], keys: tuple[Path, Path], no_ssh: Any) -> None:
+    """``short`` (ttl 1h, one on-demand g5.xlarge worker) and ``sprint42`` (ttl 7d, two spot g5.12xlarge)."""
+    short = base_spec(keys[0], name="short", ttl="1h")
+    short["workers"] = [{"name": "gpu", "instance_type": "g5.xlarge", "count": 1}]
+    short["network"] = {"vpc_cidr": "10.43.0.0/16", "subnet_cidr": "10.43.0.0/24"}
+    for data in (short, base_spec(keys[0])):
+        ec2.up(load_spec(write_spec(data)), assume_yes=True, ssh_probe=no_ssh, say=lambda _: None)
+
+
+def cluster_tagged(aws: str, name: str) -> bool:
+    client = raw_client("ec2", aws)
+    flt = [{"Name": "tag:rayrig:cluster", "Values": [name]}]
+    live = [
+        i
+        for r in client.describe_instances(Filters=flt)["Reservations"]
+        for i in r["Instances"]
+        if i["State"]["Name"] != "terminated"
+    ]
+    return bool(live or client.describe_vpcs(Filters=flt)["Vpcs"] or client.describe_key_pairs(Filters=flt)["KeyPairs"])
+
+
+def test_ls_lists_clusters_with_age_expiry_types_and_cost(
+    two_clusters: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    clusters = ec2.list_clusters(ec2.connect("us-east-1"))
+    assert [c.name for c in clusters] == ["short", "sprint42"]
+    short, sprint = clusters
+    assert short.running == {"m5.2xlarge": 1, "g5.xlarge": 1} and short.spot == 0
+    assert sprint.running == {"m5.2xlarge": 1, "g5.12xlarge": 2} and sprint.spot == 2
+    assert sprint.hourly_usd == pytest.approx(0.384 + 2 * 5.672)
+    assert sprint.owner == "aiko@example.com"
+    assert sprint.expires_at - sprint.created_at == dt.timedelta(days=7)
+    assert short.expires_at - short.created_at == dt.timedelta(hours=1)
+
+    capsys.readouterr()
+    assert run_cli("cloud", "ls") == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split() == ["NAME", "OWNER", "AGE", "EXPIRES", "(UTC)", "LEFT", "RUNNING", "$/H"]
+    row = next(line for line in out if line.startswith("sprint42"))
+    assert "aiko@example.com" in row and "2 x g5.12xlarge" in row and "(2 spot)" in row and "11.73*" in row
+    assert "6d23h" in row or "7d00h" in row  # time left
+    assert out[-1].startswith("* spot instances priced at the on-demand rate")
+
+
+def test_ls_in_an_empty_region(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_cli("cloud", "ls", "--region", "eu-west-1") == 0
+    assert "No rayrig cluster in eu-west-1." in capsys.readouterr().out
+
+
+def test_reap_takes_down_the_expired_cluster_only(
+    two_clusters: None, aws: str, placement_groups: PlacementGroups, capsys: pytest.CaptureFixture[str]
+) -> None:
+    later = ec2._now() + dt.timedelta(hours=2)
+    assert ec2.reap(assume_yes=True, now=later) == 0
+    assert not cluster_tagged(aws, "short")
+    assert cluster_tagged(aws, "sprint42")
+    assert len(ec2.find_created(ec2.connect("us-east-1"), "sprint42").instances) == 3
+    assert [g["GroupName"] for g in placement_groups.groups.values()] == ["rayrig-sprint42"]
+    out = capsys.readouterr().out
+    assert "expired: short" in out and "Nothing is left with the tag rayrig:cluster=short" in out
+    assert "sprint42" not in out.replace("rayrig-sprint42", "")
+
+
+def test_reap_from_cron(two_clusters: None, aws: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """What cron runs: ``rayrig cloud reap --yes``, once the expiry tag is in the past."""
+    client = raw_client("ec2", aws)
+    short = [{"Name": "tag:rayrig:cluster", "Values": ["short"]}]
+    reservations = client.describe_instances(Filters=short)["Reservations"]
+    resources = [i["InstanceId"] for r in reservations for i in r["Instances"]]
+    resources += [v["VpcId"] for v in client.describe_vpcs(Filters=short)["Vpcs"]]
+    client.create_tags(Resources=resources, Tags=[{"Key": "rayrig:expires-at", "Value": "2020-01-01T00:00:00Z"}])
+
+    assert run_cli("cloud", "reap") == 0  # no --yes and no terminal: a dry run
+    assert "Dry run: pass --yes" in capsys.readouterr().out
+    assert cluster_tagged(aws, "short")
+
+    assert run_cli("cloud", "reap", "--yes") == 0
+    assert not cluster_tagged(aws, "short") and cluster_tagged(aws, "sprint42")
+    assert run_cli("cloud", "reap", "--yes") == 0  # the next night: nothing to do
+    assert "No expired cluster in us-east-1 (1 cluster(s) checked)." in capsys.readouterr().out
+
+
+def test_reap_never_touches_a_cluster_without_a_readable_expiry(aws: str, capsys: pytest.CaptureFixture[str]) -> None:
+    client = raw_client("ec2", aws)
+    vpc = client.create_vpc(
+        CidrBlock="10.9.0.0/16",
+        TagSpecifications=[
+            {
+                "ResourceType": "vpc",
+                "Tags": [{"Key": "rayrig:cluster", "Value": "handmade"}, {"Key": "rayrig:expires-at", "Value": "soon"}],
+            }
+        ],
+    )["Vpc"]["VpcId"]
+    assert ec2.reap(assume_yes=True, now=ec2._now() + dt.timedelta(days=365)) == 0
+    assert client.describe_vpcs(VpcIds=[vpc])["Vpcs"]
+    assert "skipping handmade: no readable rayrig:expires-at tag ('soon')" in capsys.readouterr().out
+
+
+def test_two_reaps_do_not_run_at_once(aws: str) -> None:
+    with ec2._reap_lock(), pytest.raises(ec2.CloudError, match="another 'rayrig cloud reap' is running"):
+        ec2.reap(assume_yes=True)
+
+
+def test_the_rayrig_command_has_the_cloud_commands(capsys: pytest.CaptureFixture[str]) -> None:
+    from rayrig.cli import build_parser
+
+    parser = build_parser()
+    args = parser.parse_args(["cloud", "up", "spec.toml", "--yes", "--no-wait-ssh"])
+    assert args.func is ec2._cmd_up and args.yes and args.no_wait_ssh
+    assert parser.parse_args(["cloud", "down", "sprint42", "--region", "eu-west-1"]).region == "eu-west-1"
+    assert parser.parse_args(["cloud", "ls"]).func is ec2._cmd_ls
+    assert parser.parse_args(["cloud", "reap", "--yes"]).func is ec2._cmd_reap

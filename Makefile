@@ -22,10 +22,10 @@ demo: venv docker
 	$(PY) -m rayrig demo
 
 test: venv docker
-	$(PY) -m pytest tests $(PYTEST_ARGS)
+	$(PY) scripts/run_tests.py $(PYTEST_ARGS)
 
 test-fast: venv
-	$(PY) -m pytest tests/unit tests/plan tests/cloud $(PYTEST_ARGS)
+	$(PY) scripts/run_tests.py unit plan cloud $(PYTEST_ARGS)
 
 lint: venv
 	$(VENV)/bin/ruff check .

@@ -13,6 +13,7 @@ through botocore's own event hooks on the sessions rayrig makes:
 
 from __future__ import annotations
 
+import argparse
 import functools
 import itertools
 import json
@@ -41,6 +42,14 @@ REGION = "us-east-1"
 AL2023_PARAMETER = "/aws/service/ami-amazon-linux-latest/al2023-ami-kernel-default-x86_64"
 #: An Ubuntu AMI in moto's catalogue (SSH user ubuntu).
 UBUNTU_AMI = "ami-1e749f67"
+
+
+def run_cli(*argv: str) -> int:
+    """``rayrig cloud ...`` as the command line runs it; returns the exit status."""
+    parser = argparse.ArgumentParser(prog="rayrig")
+    ec2.register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(list(argv))
+    return args.func(args)
 
 
 def _free_port() -> int:

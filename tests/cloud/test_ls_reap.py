@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 from collections.abc import Callable
 from pathlib import Path
@@ -12,16 +11,9 @@ import pytest
 
 from cloud import ec2
 from cloud.spec import load_spec
-from tests.cloud.conftest import PlacementGroups, base_spec, raw_client
+from tests.cloud.conftest import PlacementGroups, base_spec, raw_client, run_cli
 
 pytestmark = pytest.mark.cloud
-
-
-def run_cli(*argv: str) -> int:
-    parser = argparse.ArgumentParser(prog="rayrig")
-    ec2.register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(list(argv))
-    return args.func(args)
 
 
 @pytest.fixture

@@ -3,7 +3,6 @@ with an error naming the file, the key and what is expected, before any AWS call
 
 from __future__ import annotations
 
-import argparse
 import copy
 import datetime as dt
 import shutil
@@ -16,18 +15,11 @@ import pytest
 
 from cloud import ec2
 from cloud.spec import SpecError, load_spec, parse_ttl
-from tests.cloud.conftest import base_spec, to_toml
+from tests.cloud.conftest import base_spec, run_cli, to_toml
 
 pytestmark = pytest.mark.cloud
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def run_cli(*argv: str) -> int:
-    parser = argparse.ArgumentParser(prog="rayrig")
-    ec2.register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(list(argv))
-    return args.func(args)
 
 
 @pytest.fixture

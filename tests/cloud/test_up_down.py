@@ -3,7 +3,6 @@ the security group; failures that roll back; AWS errors as one clear line."""
 
 from __future__ import annotations
 
-import argparse
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -16,18 +15,11 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from cloud import ec2
 from cloud.spec import load_spec
 from deploy.settings import defaults
-from tests.cloud.conftest import REGION, UBUNTU_AMI, Calls, Injector, PlacementGroups, base_spec, raw_client
+from tests.cloud.conftest import REGION, UBUNTU_AMI, Calls, Injector, PlacementGroups, base_spec, raw_client, run_cli
 
 pytestmark = pytest.mark.cloud
 
 TAGS = ("rayrig:cluster", "rayrig:role", "rayrig:owner", "rayrig:expires-at", "rayrig:created")
-
-
-def run_cli(*argv: str) -> int:
-    parser = argparse.ArgumentParser(prog="rayrig")
-    ec2.register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(list(argv))
-    return args.func(args)
 
 
 @pytest.fixture

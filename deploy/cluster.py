@@ -11,6 +11,7 @@ from pyinfra import host, inventory
 from deploy.base import base
 from deploy.docker import docker
 from deploy.image import image
+from deploy.nvidia import nvidia
 from deploy.post_checks import post_deploy_checks
 from deploy.ray_node import ray_node
 from deploy.validate import validate_once
@@ -20,5 +21,6 @@ validate_once(host.state, inventory)
 base()
 docker()
 image()
+nvidia()
 ray_node()
 post_deploy_checks()

@@ -42,17 +42,48 @@ class GpuCountError(PyinfraError):
     """The declared GPU count differs from what the host has."""
 
 
-def resolve_num_gpus(declared: int | str, gpus: dict[str, Any], host_name: str) -> int:
-    """The GPU count Ray gets: the declared one, checked against the host, or the detected one."""
+def resolve_num_gpus(
+    declared: int | str, gpus: dict[str, Any], host_name: str, visible: str | list[int] = "all"
+) -> int:
+    """The GPU count Ray gets: the declared one, checked against the host, or the detected one.
+
+    With a device list (``nvidia_visible_devices``) the count is the list's length, and
+    every index must name a GPU the host has.
+    """
     detected = gpus["driver"]["count"] if gpus.get("driver") else gpus.get("pci_count", 0)
+    available = int(detected)
+    if visible != "all":
+        missing = [i for i in visible if i >= detected]
+        if missing:
+            raise GpuCountError(
+                f"host {host_name}: nvidia_visible_devices = {list(visible)!r}: expected GPU indices "
+                f"below {detected}, the number of NVIDIA GPUs the host has"
+            )
+        available = len(visible)
     if declared == "auto":
-        return int(detected)
-    if int(declared) != detected:
+        return available
+    if int(declared) != available:
+        what = (
+            "the number of NVIDIA GPUs the host has"
+            if visible == "all"
+            else f"the number of GPUs in nvidia_visible_devices {list(visible)!r}"
+        )
         raise GpuCountError(
-            f"host {host_name}: ray_num_gpus = {declared!r}: expected {detected}, "
-            f"the number of NVIDIA GPUs the host has (set it to {detected} or \"auto\")"
+            f"host {host_name}: ray_num_gpus = {declared!r}: expected {available}, "
+            f'{what} (set it to {available} or "auto")'
         )
     return int(declared)
+
+
+def gpus_option(visible: str | list[int]) -> str:
+    """docker's ``--gpus`` for ``nvidia_visible_devices``: all GPUs or the listed ones.
+
+    >>> gpus_option("all"), gpus_option([0, 1])
+    ('--gpus=all', '--gpus="device=0,1"')
+    """
+    if visible == "all":
+        return "--gpus=all"
+    return '--gpus="device=' + ",".join(str(int(i)) for i in visible) + '"'
 
 
 def shm_size(setting: str, mem_bytes: int | None) -> str:
@@ -123,7 +154,7 @@ def docker_run_args(
         args.append(f"--ulimit=nofile={nofile}:{nofile}")
     args += [f"--env={name}={value}" for name, value in sorted(settings["ray_env"].items())]
     if num_gpus > 0:
-        args.append("--gpus=all")
+        args.append(gpus_option(settings.get("nvidia_visible_devices", "all")))
     return args + [settings["ray_image"], *start_args]
 
 
@@ -163,7 +194,9 @@ def desired_run_args(current_host: Any) -> tuple[str, list[str]]:
     settings = host_settings(current_host)
     info = fact(current_host, HostInfo)
     role = settings["ray_role"]
-    num_gpus = resolve_num_gpus(settings["ray_num_gpus"], fact(current_host, NvidiaGpus), current_host.name)
+    num_gpus = resolve_num_gpus(
+        settings["ray_num_gpus"], fact(current_host, NvidiaGpus), current_host.name, settings["nvidia_visible_devices"]
+    )
     start = ray_start_args(settings, role, node_address(current_host), node_address(head_host()), num_gpus)
     shm = shm_size(settings["ray_shm_size"], info["mem_bytes"])
     nofile = nofile_limit(settings["ray_ulimit_nofile"], info["nofile_hard"])

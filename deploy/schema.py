@@ -132,6 +132,28 @@ PROPERTIES: dict[str, dict[str, Any]] = {
         ],
         "x-expected": "null or {registry, username, password}",
     },
+    "nvidia_driver": {"enum": ["preinstalled", "install"], "x-expected": '"preinstalled" or "install"'},
+    "nvidia_driver_branch": {
+        "type": "string",
+        "pattern": r"^[0-9]{3}$",
+        "x-expected": 'a driver branch such as "550"',
+    },
+    "nvidia_allow_reboot": {"type": "boolean", "x-expected": "true or false"},
+    "nvidia_reboot_timeout_s": {"type": "integer", "minimum": 60, "x-expected": "a number of seconds of at least 60"},
+    "nvidia_toolkit_version": {
+        "type": "string",
+        "pattern": r"^[0-9]+\.[0-9]+\.[0-9]+$",
+        "x-expected": 'a toolkit version such as "1.17.8"',
+    },
+    "nvidia_toolkit_repo_url": {"type": "string", "pattern": r"^https?://[^\s]+$", "x-expected": "an http(s) URL"},
+    "nvidia_cuda_repo_url": {"type": "string", "pattern": r"^https?://[^\s]+$", "x-expected": "an http(s) URL"},
+    "nvidia_visible_devices": {
+        "oneOf": [
+            {"const": "all"},
+            {"type": "array", "items": {"type": "integer", "minimum": 0}, "minItems": 1, "uniqueItems": True},
+        ],
+        "x-expected": '"all" or a list of distinct GPU indices, e.g. [0, 1]',
+    },
     "base_extra_packages": _STRINGS,
     "checks_enabled": {"type": "boolean", "x-expected": "true or false"},
     "checks_profile": {"enum": ["full", "quick"], "x-expected": '"full" or "quick"'},

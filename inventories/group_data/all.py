@@ -46,6 +46,17 @@ docker_log_opts = {"max-size": "100m", "max-file": "3"}  # json-file log rotatio
 docker_daemon_options = {}  # further daemon.json keys, merged over what is there (never clobbered)
 docker_registry_auth = None  # {"registry": ..., "username": ..., "password": ...} to pull ray_image
 
+# --- NVIDIA ----------------------------------------------------------------
+# Only hosts with NVIDIA GPUs (detected on the PCI bus) get any of this; CPU hosts get no NVIDIA step.
+nvidia_driver = "preinstalled"  # "preinstalled": stop if a GPU host has no working driver; "install": install one
+nvidia_driver_branch = "550"  # driver branch nvidia_driver = "install" installs (Ubuntu: the "-server" flavour)
+nvidia_allow_reboot = False  # reboot a host after installing its driver and wait for it; false: stop and say so
+nvidia_reboot_timeout_s = 900  # how long to wait for a host to come back after that reboot
+nvidia_toolkit_version = "1.17.8"  # NVIDIA Container Toolkit version, pinned on every GPU host
+nvidia_toolkit_repo_url = "https://nvidia.github.io/libnvidia-container"  # the toolkit's repository (or a mirror)
+nvidia_cuda_repo_url = "https://developer.download.nvidia.com/compute/cuda/repos"  # CUDA repository (or a mirror)
+nvidia_visible_devices = "all"  # GPUs the ray-node container gets: "all" or a list of indices, e.g. [0, 1]
+
 # --- Base ------------------------------------------------------------------
 base_extra_packages = []  # more OS packages to install on every host
 base_wait_timeout_s = 600  # how long to wait for cloud-init and package-manager locks on a fresh host

@@ -175,12 +175,118 @@ DNF_DOCKER_REPO = "/etc/yum.repos.d/docker-ce.repo"
 DAEMON_JSON = "/etc/docker/daemon.json"
 REGISTRY_CONFIG = "/etc/rayrig/docker/config.json"
 
+# --- NVIDIA (hosts with GPUs only), written out from NVIDIA's install guides -----------------------
+
+TOOLKIT_PACKAGES = ("nvidia-container-toolkit", "nvidia-container-toolkit-base", "libnvidia-container-tools",
+                    "libnvidia-container1")  # fmt: skip
+TOOLKIT_KEYRING = "/etc/apt/keyrings/nvidia-container-toolkit-keyring.asc"
+TOOLKIT_APT_LIST = "/etc/apt/sources.list.d/nvidia-container-toolkit.list"
+TOOLKIT_DNF_REPO = "/etc/yum.repos.d/nvidia-container-toolkit.repo"
+CUDA_KEYRING = "/etc/apt/keyrings/cuda-archive-keyring.asc"
+#: NVIDIA's CUDA repository directory and signing key per OS.
+CUDA_REPO = {
+    "ubuntu22": ("ubuntu2204", "3bf863cc.pub"),
+    "ubuntu24": ("ubuntu2404", "3bf863cc.pub"),
+    "debian12": ("debian12", "3bf863cc.pub"),
+    "rocky9": ("rhel9", "D42D0685.pub"),
+    "al2023": ("amzn2023", "D42D0685.pub"),
+}
+#: Ubuntu takes its driver and Fabric Manager from its own archive; the others from the CUDA repository.
+FROM_CUDA = {"ubuntu22": False, "ubuntu24": False, "debian12": True, "rocky9": True, "al2023": True}
+#: The package that shows the driver rayrig installs is there ("{branch}": nvidia_driver_branch).
+DRIVER_PACKAGE = {
+    "ubuntu22": "nvidia-utils-{branch}-server",
+    "ubuntu24": "nvidia-utils-{branch}-server",
+    "debian12": "cuda-drivers-{branch}",
+    "rocky9": "nvidia-driver",
+    "al2023": "nvidia-driver",
+}
+#: Fabric Manager's package and installed version, matching the fake H100s' driver 550.54.15.
+FABRICMANAGER = {
+    "ubuntu22": ("nvidia-fabricmanager-550", "550.54.15-0ubuntu1"),
+    "ubuntu24": ("nvidia-fabricmanager-550", "550.54.15-0ubuntu1"),
+    "debian12": ("nvidia-fabricmanager-550", "550.54.15-1"),
+    "rocky9": ("nvidia-fabric-manager", "550.54.15-1"),
+    "al2023": ("nvidia-fabric-manager", "550.54.15-1"),
+}
+#: What ``nvidia-ctk runtime configure --runtime=docker`` adds to daemon.json.
+NVIDIA_RUNTIME = {"nvidia": {"args": [], "path": "nvidia-container-runtime"}}
+
+
+def uses_cuda_repo(os_name: str, data: Mapping[str, Any], driver: bool = True, nvswitches: int = 0) -> bool:
+    """Whether rayrig configures NVIDIA's CUDA repository on a GPU host: for a driver it installs,
+    or for Fabric Manager, where the distribution does not ship them."""
+    installs_driver = settings.merge(data)["nvidia_driver"] == "install" and not driver
+    return FROM_CUDA[os_name] and (installs_driver or nvswitches > 0)
+
+
+def nvidia_files(
+    os_name: str, data: Mapping[str, Any], driver: bool = True, nvswitches: int = 0
+) -> dict[str, tuple[str, int]]:
+    """path -> (content, mode) of the files rayrig puts on a GPU host."""
+    s = settings.merge(data)
+    files: dict[str, tuple[str, int]] = {}
+    toolkit = s["nvidia_toolkit_repo_url"].rstrip("/")
+    if FAMILY[os_name] == "apt":
+        files[TOOLKIT_KEYRING] = ("-----BEGIN PGP PUBLIC KEY BLOCK-----\n", 644)
+        files[TOOLKIT_APT_LIST] = (f"deb [signed-by={TOOLKIT_KEYRING}] {toolkit}/stable/deb/$(ARCH) /\n", 644)
+    else:
+        files[TOOLKIT_DNF_REPO] = (
+            "[nvidia-container-toolkit]\n"
+            "name=nvidia-container-toolkit\n"
+            f"baseurl={toolkit}/stable/rpm/$basearch\n"
+            "repo_gpgcheck=1\n"
+            "gpgcheck=0\n"
+            "enabled=1\n"
+            f"gpgkey={toolkit}/gpgkey\n"
+            "sslverify=1\n"
+            "sslcacert=/etc/pki/tls/certs/ca-bundle.crt\n",
+            644,
+        )
+    if uses_cuda_repo(os_name, data, driver, nvswitches):
+        directory, key = CUDA_REPO[os_name]
+        base = f"{s['nvidia_cuda_repo_url'].rstrip('/')}/{directory}/x86_64"
+        if FAMILY[os_name] == "apt":
+            files[CUDA_KEYRING] = ("-----BEGIN PGP PUBLIC KEY BLOCK-----\n", 644)
+            files[f"/etc/apt/sources.list.d/cuda-{directory}-x86_64.list"] = (
+                f"deb [signed-by={CUDA_KEYRING}] {base}/ /\n",
+                644,
+            )
+        else:
+            files[f"/etc/yum.repos.d/cuda-{directory}.repo"] = (
+                f"[cuda-{directory}-x86_64]\nname=cuda-{directory}-x86_64\nbaseurl={base}\nenabled=1\n"
+                f"gpgcheck=1\ngpgkey={base}/{key}\n",
+                644,
+            )
+    return files
+
+
+def nvidia_packages(
+    os_name: str,
+    data: Mapping[str, Any],
+    nvswitches: int = 0,
+    driver_packages: bool = False,
+    toolkit_version: str | None = None,
+) -> dict[str, str]:
+    """name -> version of the NVIDIA packages on a converged GPU host."""
+    s = settings.merge(data)
+    version = f"{toolkit_version or s['nvidia_toolkit_version']}-1"
+    packages = {name: version for name in TOOLKIT_PACKAGES}
+    if nvswitches:
+        name, fm_version = FABRICMANAGER[os_name]
+        packages[name] = fm_version
+    if driver_packages:
+        packages[DRIVER_PACKAGE[os_name].replace("{branch}", s["nvidia_driver_branch"])] = "550.54.15-1"
+    return packages
+
 
 # --- Expected files on a converged host ---------------------------------------------------------
 
 
-def expected_files(os_name: str, data: Mapping[str, Any]) -> dict[str, tuple[str, int]]:
-    """path -> (content, mode) of every file rayrig puts on a host with ``data``."""
+def expected_files(
+    os_name: str, data: Mapping[str, Any], *, gpus: int = 0, driver: bool = True, nvswitches: int = 0
+) -> dict[str, tuple[str, int]]:
+    """path -> (content, mode) of every file rayrig puts on a host with ``data`` (and ``gpus``)."""
     s = settings.merge(data)
     files: dict[str, tuple[str, int]] = {}
     if FAMILY[os_name] == "apt":
@@ -205,6 +311,8 @@ def expected_files(os_name: str, data: Mapping[str, Any]) -> dict[str, tuple[str
             )
     if s["docker_registry_auth"]:
         files[REGISTRY_CONFIG] = (registry_config(s["docker_registry_auth"]), 600)
+    if gpus:
+        files.update(nvidia_files(os_name, data, driver, nvswitches))
     name = s["ray_container_name"]
     files[f"/etc/systemd/system/{name}.service"] = (ray_node.unit_text(name), 644)
     return files
@@ -217,11 +325,11 @@ SYSTEM_DIRS = {
 }
 
 
-def expected_dirs(os_name: str, data: Mapping[str, Any]) -> dict[str, int]:
-    """path -> mode of every directory rayrig creates on a host with ``data``."""
+def expected_dirs(os_name: str, data: Mapping[str, Any], *, gpus: int = 0) -> dict[str, int]:
+    """path -> mode of every directory rayrig creates on a host with ``data`` (and ``gpus``)."""
     s = settings.merge(data)
     dirs = {"/etc/docker": 755}
-    if FAMILY[os_name] == "apt" and uses_docker_repo(os_name, s["docker_source"]):
+    if FAMILY[os_name] == "apt" and (uses_docker_repo(os_name, s["docker_source"]) or gpus):
         dirs["/etc/apt/keyrings"] = 755
     if s["docker_registry_auth"]:
         dirs["/etc/rayrig/docker"] = 700
@@ -244,7 +352,9 @@ def expected_run_args(
     """The ``docker create`` arguments (without the hash label) the deploy wants for a host,
     built with the pure helpers of ``deploy.ray_node`` from the host's data and facts."""
     s = settings.merge(data)
-    num_gpus = gpus if s["ray_num_gpus"] == "auto" else int(s["ray_num_gpus"])
+    visible = s["nvidia_visible_devices"]
+    detected = gpus if visible == "all" else len(visible)
+    num_gpus = detected if s["ray_num_gpus"] == "auto" else int(s["ray_num_gpus"])
     start = ray_node.ray_start_args(s, s["ray_role"], node_ip, head_ip, num_gpus)
     shm = ray_node.shm_size(s["ray_shm_size"], mem_kb * 1024)
     nofile = ray_node.nofile_limit(s["ray_ulimit_nofile"], nofile_hard)
@@ -274,7 +384,7 @@ def _sha1_matcher(path: str) -> str:
     return f"test -e {path} && ( sha1sum {path}"
 
 
-def _dpkg_lines(packages: Iterable[str]) -> list[str]:
+def _dpkg_lines(packages: Iterable[str], versioned: Mapping[str, str] | None = None) -> list[str]:
     lines = [
         "Desired=Unknown/Install/Remove/Purge/Hold",
         "| Status=Not/Inst/Conf-files/Unpacked/halF-conf/Half-inst/trig-aWait/Trig-pend",
@@ -282,11 +392,12 @@ def _dpkg_lines(packages: Iterable[str]) -> list[str]:
         "||/ Name           Version            Architecture Description",
         "+++-==============-==================-============-=================================",
     ]
-    return lines + [f"ii  {name:<14} 1.0-1ubuntu0.1     amd64        {name} package" for name in packages]
+    lines += [f"ii  {name:<14} 1.0-1ubuntu0.1     amd64        {name} package" for name in packages]
+    return lines + [f"ii  {n:<14} {v:<18} amd64        {n} package" for n, v in (versioned or {}).items()]
 
 
-def _rpm_lines(packages: Iterable[str]) -> list[str]:
-    return [f"{name} 1.0-1.el9" for name in packages]
+def _rpm_lines(packages: Iterable[str], versioned: Mapping[str, str] | None = None) -> list[str]:
+    return [f"{name} 1.0-1.el9" for name in packages] + [f"{n} {v}" for n, v in (versioned or {}).items()]
 
 
 def _systemd(unit: str, key: str, value: str) -> list[str]:
@@ -321,6 +432,14 @@ def fake_responses(
     cloud_init_running: bool = False,
     mem_kb: int = MEM_KB,
     nofile_hard: int | None = NOFILE_HARD,
+    driver: bool = True,
+    nvswitches: int = 0,
+    toolkit: bool | None = None,
+    toolkit_version: str | None = None,
+    nvidia_runtime: bool | None = None,
+    driver_packages: bool | None = None,
+    persistenced: bool | None = None,
+    fabricmanager: bool | None = None,
 ) -> dict[str, Any]:
     """The ``fake_responses`` of one host.
 
@@ -333,6 +452,15 @@ def fake_responses(
     ``container_hash`` (the label the running container carries; giving one
     makes the container present), ``docker_running``, ``cloud_init_running``,
     ``mem_kb`` and ``nofile_hard`` (None: unlimited).
+
+    NVIDIA, on a host with ``gpus``: ``driver`` False leaves the GPUs without a
+    working driver (nvidia-smi absent); ``nvswitches`` NVSwitch chips sit on the
+    bus. What a converged GPU host has, each keyword overriding one aspect:
+    ``toolkit`` (the Container Toolkit installed, at ``toolkit_version`` or the
+    data's), ``nvidia_runtime`` (daemon.json registers the runtime),
+    ``driver_packages`` (the driver rayrig installs is there, by default when the
+    data says ``nvidia_driver = "install"``), ``persistenced`` and
+    ``fabricmanager`` (installed at the driver's version, enabled and running).
     """
     if state not in STATES:
         raise ValueError(f"state must be one of {STATES}, not {state!r}")
@@ -351,15 +479,26 @@ def fake_responses(
     ]
     # CloudInitRunning
     responses["cloud-init status"] = ["status: running"] if cloud_init_running else ["status: done"]
-    # NvidiaGpus
-    responses["PCI_GPUS="] = [f"PCI_GPUS={gpus}", *([f"GPU={H100}"] * gpus)]
+    # NvidiaGpus, NvSwitches, and the uptime that server.reboot compares
+    responses["PCI_GPUS="] = [f"PCI_GPUS={gpus}", *([f"GPU={H100}"] * gpus if driver else [])]
+    responses["NVSWITCHES="] = [f"NVSWITCHES={nvswitches}"]
+    responses["/proc/uptime"] = ["4242"]
+    gpu_host = gpus > 0
+    toolkit = converged and gpu_host if toolkit is None else toolkit
+    nvidia_runtime = converged and gpu_host if nvidia_runtime is None else nvidia_runtime
+    if driver_packages is None:
+        driver_packages = converged and gpu_host and s["nvidia_driver"] == "install"
+    persistenced = converged and gpu_host if persistenced is None else persistenced
+    fabricmanager = converged and nvswitches > 0 if fabricmanager is None else fabricmanager
 
     # rayrig's files and directories, with the daemon.json that is there
-    files = expected_files(os_name, data) if converged else {}
-    dirs = expected_dirs(os_name, data) if converged else {}
+    files = expected_files(os_name, data, gpus=gpus, driver=driver, nvswitches=nvswitches) if converged else {}
+    dirs = expected_dirs(os_name, data, gpus=gpus) if converged else {}
     for path in SYSTEM_DIRS[FAMILY[os_name]]:
         dirs.setdefault(path, 755)
     current_daemon = dict(daemon_json or {})
+    if nvidia_runtime and "nvidia" not in (current_daemon.get("runtimes") or {}):
+        current_daemon["runtimes"] = {**(current_daemon.get("runtimes") or {}), **NVIDIA_RUNTIME}
     if converged if daemon_json_merged is None else daemon_json_merged:
         current_daemon = merge_daemon_config(current_daemon, s)
     if current_daemon:
@@ -376,10 +515,15 @@ def fake_responses(
 
     # Packages
     installed = [*PREINSTALLED, *(expected_packages(os_name, data) if converged else ())]
+    versioned = nvidia_packages(os_name, data, nvswitches, bool(driver_packages), toolkit_version) if gpu_host else {}
+    if not toolkit:
+        versioned = {n: v for n, v in versioned.items() if n not in TOOLKIT_PACKAGES}
+    if not fabricmanager and os_name in FABRICMANAGER:
+        versioned.pop(FABRICMANAGER[os_name][0], None)
     if FAMILY[os_name] == "apt":
-        responses["dpkg -l"] = _dpkg_lines(installed)
+        responses["dpkg -l"] = _dpkg_lines(installed, versioned)
     else:
-        responses["rpm --queryformat"] = _rpm_lines(installed)
+        responses["rpm --queryformat"] = _rpm_lines(installed, versioned)
 
     # Docker service
     running = converged if docker_running is None else docker_running
@@ -389,6 +533,11 @@ def fake_responses(
     responses["--property UnitFileState docker.service"] = _systemd(
         "docker.service", "UnitFileState", "enabled" if converged else ""
     )
+
+    # NVIDIA services
+    for unit, up in (("nvidia-persistenced.service", persistenced), ("nvidia-fabricmanager.service", fabricmanager)):
+        responses[f"--property SubState {unit}"] = _systemd(unit, "SubState", "running" if up else "dead")
+        responses[f"--property UnitFileState {unit}"] = _systemd(unit, "UnitFileState", "enabled" if up else "")
 
     # The ray-node service
     unit = f"{s['ray_container_name']}.service"

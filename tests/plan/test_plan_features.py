@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from deploy.nvidia import NvidiaDriverMissing
 from deploy.platform import UnsupportedPlatform
 from deploy.ray_node import GpuCountError
 from tests.plan.fakehosts import CPU_WORKER, GPU_WORKER, HEAD, cluster, reference_cluster, with_data
@@ -77,8 +78,14 @@ def test_declared_gpus_on_a_host_without_gpus_stop_the_deploy():
 def test_gpus_on_the_bus_without_a_driver_count_from_pci():
     hosts = reference_cluster("ubuntu22")
     name, data = hosts[1]
-    responses = {"PCI_GPUS=": ["PCI_GPUS=8"], **data["fake_responses"]}  # first match wins
+    others = {k: v for k, v in data["fake_responses"].items() if k != "PCI_GPUS="}
+    responses = {"PCI_GPUS=": ["PCI_GPUS=8"], **others}  # first match wins
     hosts[1] = (name, {**data, "fake_responses": responses})
+    # By default a GPU host without a working driver stops the deploy, naming the host...
+    with pytest.raises(NvidiaDriverMissing, match=f"host {name}: 8 NVIDIA GPU"):
+        run_deploy(hosts)
+    # ...and when rayrig may install the driver, Ray gets the GPUs counted on the PCI bus.
+    hosts[1] = (name, {**data, "fake_responses": responses, "nvidia_driver": "install"})
     create = run_deploy(hosts)[GPU_WORKER].docker_create()
     assert "--num-gpus=8" in create
 

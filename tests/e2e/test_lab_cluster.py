@@ -226,7 +226,10 @@ def test_a_slow_node_is_named_by_the_checks(lab, first_deploy):
             timeout=1200,
         )
     finally:
-        lab.sh(slow, "sudo docker update --cpus 0 ray-node")
+        # `--cpus 0` leaves the quota in place: give back every CPU of the machine instead.
+        lab.sh(slow, 'sudo docker update --cpus "$(nproc)" ray-node')
+        nano = lab.sh(slow, "sudo docker inspect --format '{{.HostConfig.NanoCpus}}' ray-node").strip()
+        assert int(nano) == int(lab.sh(slow, "nproc")) * 10**9, nano
     output = result.stdout + result.stderr
     assert result.returncode == 1, output[-3000:]
     report = json.loads(report_paths(output)[0].read_text())

@@ -832,29 +832,20 @@ def delete_resources(aws: Aws, res: Resources, say: Progress = print, timeout_s:
             wait_instances(aws, res.instances, "terminated", timeout_s)
         except CloudError as exc:
             failures.append(str(exc))
-    for name in res.placement_groups:
-        say(f"  deleting placement group {name}")
-        _delete(
-            aws, f"placement group {name}", lambda n=name: ec2.delete_placement_group(GroupName=n), timeout_s, failures
-        )
-    for gid in res.security_groups:
-        say(f"  deleting security group {gid}")
-        _delete(aws, f"security group {gid}", lambda g=gid: ec2.delete_security_group(GroupId=g), timeout_s, failures)
-    for key in res.key_pairs:
-        say(f"  deleting key pair {key}")
-        _delete(aws, f"key pair {key}", lambda k=key: ec2.delete_key_pair(KeyName=k), timeout_s, failures)
-    for rtb in res.route_tables:
-        say(f"  deleting route table {rtb}")
-        _delete(aws, f"route table {rtb}", lambda r=rtb: _delete_route_table(aws, r), timeout_s, failures)
-    for subnet in res.subnets:
-        say(f"  deleting subnet {subnet}")
-        _delete(aws, f"subnet {subnet}", lambda s=subnet: ec2.delete_subnet(SubnetId=s), timeout_s, failures)
-    for igw in res.internet_gateways:
-        say(f"  deleting internet gateway {igw}")
-        _delete(aws, f"internet gateway {igw}", lambda g=igw: _delete_internet_gateway(aws, g), timeout_s, failures)
-    for vpc in res.vpcs:
-        say(f"  deleting VPC {vpc}")
-        _delete(aws, f"VPC {vpc}", lambda v=vpc: ec2.delete_vpc(VpcId=v), timeout_s, failures)
+    # After the instances, in dependency order: what each kind is called, its ids, how to delete one.
+    kinds: list[tuple[str, list[str], Callable[[str], Any]]] = [
+        ("placement group", res.placement_groups, lambda n: ec2.delete_placement_group(GroupName=n)),
+        ("security group", res.security_groups, lambda g: ec2.delete_security_group(GroupId=g)),
+        ("key pair", res.key_pairs, lambda k: ec2.delete_key_pair(KeyName=k)),
+        ("route table", res.route_tables, lambda r: _delete_route_table(aws, r)),
+        ("subnet", res.subnets, lambda s: ec2.delete_subnet(SubnetId=s)),
+        ("internet gateway", res.internet_gateways, lambda g: _delete_internet_gateway(aws, g)),
+        ("VPC", res.vpcs, lambda v: ec2.delete_vpc(VpcId=v)),
+    ]
+    for kind, ids, delete in kinds:
+        for rid in ids:
+            say(f"  deleting {kind} {rid}")
+            _delete(aws, f"{kind} {rid}", lambda d=delete, r=rid: d(r), timeout_s, failures)
     return failures
 
 

@@ -48,6 +48,20 @@ def install_packages(names: list[str] | tuple[str, ...], name: str) -> None:
         dnf.packages(name=name, packages=missing)
 
 
+def signed_apt_repository(what: str, key_url: str, keyring: str, list_path: str, line: str) -> None:
+    """An apt repository signed by its own key: the key in ``keyring``, ``line`` in ``list_path``.
+
+    ``what`` names it in the operations, e.g. "Docker's" or "the CUDA".
+    """
+    files.download(name=f"Download {what} repository key", src=key_url, dest=keyring, mode="644")
+    files.put(name=f"Add {what} apt repository", src=StringIO(line), dest=list_path, mode="644")
+
+
+def dnf_repository(what: str, path: str, text: str) -> None:
+    """A dnf repository file at ``path`` with ``text`` (its gpgkey inside)."""
+    files.put(name=f"Add {what} dnf repository", src=StringIO(text), dest=path, mode="644")
+
+
 @deploy("Base")
 def base() -> None:
     settings = host_settings(host)

@@ -19,7 +19,7 @@ from pyinfra.api import deploy
 from pyinfra.api.exceptions import PyinfraError
 from pyinfra.operations import files, systemd
 
-from deploy.base import install_packages, platform
+from deploy.base import dnf_repository, install_packages, platform, signed_apt_repository
 from deploy.facts import FileText, HostInfo, fact
 from deploy.platform import Platform
 from deploy.settings import host_settings
@@ -88,26 +88,23 @@ def _docker_repository(plat: Platform, repo_url: str) -> None:
     if plat.family == "apt":
         arch = APT_ARCH.get(fact(host, HostInfo)["arch"], "amd64")
         files.directory(name="Create the apt keyrings directory", path="/etc/apt/keyrings", mode="755")
-        files.download(name="Download Docker's repository key", src=f"{base}/gpg", dest=APT_KEYRING, mode="644")
-        files.put(
-            name="Add Docker's apt repository",
-            src=StringIO(f"deb [arch={arch} signed-by={APT_KEYRING}] {base} {plat.codename} stable\n"),
-            dest="/etc/apt/sources.list.d/docker.list",
-            mode="644",
+        signed_apt_repository(
+            "Docker's",
+            key_url=f"{base}/gpg",
+            keyring=APT_KEYRING,
+            list_path="/etc/apt/sources.list.d/docker.list",
+            line=f"deb [arch={arch} signed-by={APT_KEYRING}] {base} {plat.codename} stable\n",
         )
     else:
-        files.put(
-            name="Add Docker's dnf repository",
-            src=StringIO(
-                "[docker-ce-stable]\n"
-                "name=Docker CE Stable\n"
-                f"baseurl={base}/$releasever/$basearch/stable\n"
-                "enabled=1\n"
-                "gpgcheck=1\n"
-                f"gpgkey={base}/gpg\n"
-            ),
-            dest="/etc/yum.repos.d/docker-ce.repo",
-            mode="644",
+        dnf_repository(
+            "Docker's",
+            "/etc/yum.repos.d/docker-ce.repo",
+            "[docker-ce-stable]\n"
+            "name=Docker CE Stable\n"
+            f"baseurl={base}/$releasever/$basearch/stable\n"
+            "enabled=1\n"
+            "gpgcheck=1\n"
+            f"gpgkey={base}/gpg\n",
         )
 
 

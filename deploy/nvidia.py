@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass
-from io import StringIO
 from typing import Any
 
 from pyinfra import host, logger
@@ -41,7 +40,7 @@ from pyinfra.facts.rpm import RpmPackages
 from pyinfra.operations import apt, dnf, files, server, systemd
 from pyinfra.operations.util import any_changed
 
-from deploy.base import platform
+from deploy.base import dnf_repository, platform, signed_apt_repository
 from deploy.docker import DAEMON_JSON, merge_daemon_config, parse_daemon_config
 from deploy.facts import FileText, HostInfo, NvidiaGpus, NvSwitches, fact
 from deploy.platform import Platform
@@ -327,25 +326,15 @@ def _install(specs: list[str], name: str, family: str, allow_downgrades: bool = 
 def _cuda_repository(plat: Platform, nos: NvidiaOs, repo_url: str) -> None:
     arch = fact(host, HostInfo)["arch"]
     if plat.family == "apt":
-        files.download(
-            name="Download the CUDA repository key",
-            src=f"{cuda_repo_base(repo_url, nos, arch)}/{nos.cuda_key}",
-            dest=CUDA_KEYRING,
-            mode="644",
-        )
-        files.put(
-            name="Add the CUDA apt repository",
-            src=StringIO(cuda_apt_source(repo_url, nos, arch)),
-            dest=cuda_apt_list(nos, arch),
-            mode="644",
+        signed_apt_repository(
+            "the CUDA",
+            key_url=f"{cuda_repo_base(repo_url, nos, arch)}/{nos.cuda_key}",
+            keyring=CUDA_KEYRING,
+            list_path=cuda_apt_list(nos, arch),
+            line=cuda_apt_source(repo_url, nos, arch),
         )
     else:
-        files.put(
-            name="Add the CUDA dnf repository",
-            src=StringIO(cuda_dnf_repo(repo_url, nos, arch)),
-            dest=cuda_dnf_repo_path(nos),
-            mode="644",
-        )
+        dnf_repository("the CUDA", cuda_dnf_repo_path(nos), cuda_dnf_repo(repo_url, nos, arch))
 
 
 def _driver(plat: Platform, nos: NvidiaOs, settings: dict[str, Any], installed: dict[str, Any]) -> tuple[list, bool]:
@@ -392,25 +381,15 @@ def _fabricmanager(
 def _toolkit(plat: Platform, settings: dict[str, Any], installed: dict[str, Any]) -> list:
     url, version = settings["nvidia_toolkit_repo_url"], settings["nvidia_toolkit_version"]
     if plat.family == "apt":
-        files.download(
-            name="Download the NVIDIA Container Toolkit repository key",
-            src=f"{url.rstrip('/')}/gpgkey",
-            dest=TOOLKIT_KEYRING,
-            mode="644",
-        )
-        files.put(
-            name="Add the NVIDIA Container Toolkit apt repository",
-            src=StringIO(toolkit_apt_source(url)),
-            dest=TOOLKIT_APT_LIST,
-            mode="644",
+        signed_apt_repository(
+            "the NVIDIA Container Toolkit",
+            key_url=f"{url.rstrip('/')}/gpgkey",
+            keyring=TOOLKIT_KEYRING,
+            list_path=TOOLKIT_APT_LIST,
+            line=toolkit_apt_source(url),
         )
     else:
-        files.put(
-            name="Add the NVIDIA Container Toolkit dnf repository",
-            src=StringIO(toolkit_dnf_repo(url)),
-            dest=TOOLKIT_DNF_REPO,
-            mode="644",
-        )
+        dnf_repository("the NVIDIA Container Toolkit", TOOLKIT_DNF_REPO, toolkit_dnf_repo(url))
     if toolkit_current(installed, version):
         return []
     specs = toolkit_specs(plat.family, version)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -41,11 +42,13 @@ def lab_summary(name: str) -> str:
     target = remote.SshTarget(head["address"], state["ssh_user"], Path(state["ssh_key"]), Path(state["known_hosts"]))
     status, output = remote.run(target, "sudo docker exec ray-node ray status", timeout=120)
     tunnel = " ".join(target.ssh_command("-N", "-L", "8265:127.0.0.1:8265"))
+    checks = latest_checks(name)
     lines = [
         "",
         f"==> Ray cluster on lab {name}: head {head['address']} ({len(state['hosts'])} hosts)",
         "==> ray status (inside the head's ray-node container):",
         output.rstrip() if status == 0 else f"ray status failed ({status}):\n{output.rstrip()}",
+        checks,
         "",
         "Next:",
         f"  dashboard:  {tunnel}",
@@ -54,6 +57,17 @@ def lab_summary(name: str) -> str:
         f"  tear down:  make lab-down   (or: rayrig lab down --name {name})",
     ]
     return "\n".join(lines)
+
+
+def latest_checks(cluster: str, report_dir: Path | None = None) -> str:
+    """One line on the newest checks report of ``cluster``: its verdict and where it and its plot are."""
+    folder = report_dir or repo_root() / "reports"
+    reports = sorted(folder.glob(f"checks-{cluster}-*[0-9].json"))
+    if not reports:
+        return "==> checks: no report yet (rayrig check inventories/lab.py)"
+    verdict = json.loads(reports[-1].read_text()).get("verdict", {}).get("status", "unknown")
+    plot = reports[-1].with_name(reports[-1].stem + "-busbw.png")
+    return f"==> checks: {verdict}; report {reports[-1]}" + (f", plot {plot}" if plot.exists() else "")
 
 
 def _cmd_deploy(args: argparse.Namespace) -> int:

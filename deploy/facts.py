@@ -9,19 +9,22 @@ error), so planning works before anything is installed.
 from __future__ import annotations
 
 import json
+import weakref
 from typing import Any
 
 from pyinfra.api import FactBase
 
-_MEMO: dict[tuple[int, str, type, tuple], Any] = {}
+#: Per pyinfra run (its State, held weakly so a finished run's facts go with it).
+_MEMO: weakref.WeakKeyDictionary[Any, dict[tuple[str, type, tuple], Any]] = weakref.WeakKeyDictionary()
 
 
 def fact(host: Any, cls: type[FactBase], *args: Any) -> Any:
     """``host.get_fact(cls, *args)``, read once per host and deploy run."""
-    key = (id(host.state), host.name, cls, args)
-    if key not in _MEMO:
-        _MEMO[key] = host.get_fact(cls, *args)
-    return _MEMO[key]
+    memo = _MEMO.setdefault(host.state, {})
+    key = (host.name, cls, args)
+    if key not in memo:
+        memo[key] = host.get_fact(cls, *args)
+    return memo[key]
 
 
 def _parse_os_release(lines: list[str]) -> dict[str, str]:

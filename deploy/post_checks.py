@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ import click
 from pyinfra import host, inventory
 from pyinfra.api import BaseStateCallback, StringCommand, operation
 from pyinfra.api.exceptions import PyinfraError
+from pyinfra.connectors.fake import FakeConnector
 
 from checks import report as report_mod
 from checks import runner
@@ -26,7 +28,7 @@ from checks.verdict import FAIL
 from deploy.ray_node import head_host
 from deploy.settings import host_data, host_settings, node_address
 
-_MARKERS: dict[int, set[str]] = {}
+_MARKERS: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary()  # per State
 MIN_SHM_BYTES = 512 * 2**20  # below this, Ray's object store spills to disk: worth a warning
 
 
@@ -51,9 +53,9 @@ def post_deploy_checks(always: bool = False) -> None:
     if not always and not host_settings(head_host())["checks_enabled"]:
         return
     meta = _checks_marker(name="Post-deploy checks (run after the last operation)")
-    markers = _MARKERS.get(id(state))
+    markers = _MARKERS.get(state)
     if markers is None:
-        markers = _MARKERS[id(state)] = set()
+        markers = _MARKERS[state] = set()
         state.add_callback_handler(_RunChecks(markers))
     markers.add(meta._hash)
 
@@ -89,7 +91,7 @@ def run_checks(state: Any) -> runner.Verdict:
     if not head.connected:
         click.echo("--> Post-deploy checks skipped: the head is not part of this run (--limit?)", err=True)
         return runner.Verdict([])
-    if type(head.connector).__name__ == "FakeConnector":
+    if isinstance(head.connector, FakeConnector):
         click.echo("--> Post-deploy checks skipped: @fake hosts have no cluster to check", err=True)
         return runner.Verdict([])
     settings = host_settings(head)

@@ -304,7 +304,7 @@ def inventory_groups(state: dict[str, Any]) -> dict[str, list[tuple[str, dict[st
             # The lab's hosts share this machine's cores with whatever else runs on it, so
             # their CPU figures wander; a node is flagged only at half its peers' speed.
             "checks_outlier_fraction": 0.5,
-            "checks_cluster_name": state["name"],
+            "ray_cluster_name": state["name"],
         }
         groups["heads" if host["role"] == "head" else "workers"].append((host["address"], data))
     return groups

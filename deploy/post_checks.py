@@ -156,7 +156,7 @@ def run_checks(state: Any) -> runner.Verdict:
         "verdict": {**verdict.as_dict(), "thresholds": thresholds},
     }
     report_dir = Path(settings["checks_report_dir"]).expanduser()
-    json_path, plot_path = runner.save_report(result, report_dir, settings["checks_cluster_name"])
+    json_path, plot_path = runner.save_report(result, report_dir, settings["ray_cluster_name"])
     click.echo(report_mod.render(result, verdict))
     click.echo(f"--> JSON report: {json_path.resolve()}")
     plot = plot_path.resolve() if plot_path else "not written (pip install matplotlib)"

@@ -31,13 +31,32 @@ _FRACTION = {"type": "number", "exclusiveMinimum": 0, "maximum": 1, "x-expected"
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 _SIZE = r"^[0-9]+[bkmgBKMG]?$"
 
+_MOUNT_POINT = r"^(/[A-Za-z0-9_][A-Za-z0-9_.-]*)+$"
+_ABS_PATH = r"^(/[^/\s]+)+$"
+_BUCKET = r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$"
+_URL = r"^https?://[^\s]+$"
+_TCP_PORTS = {
+    "type": "array",
+    "items": {
+        "oneOf": [
+            {"type": "integer", "minimum": 1, "maximum": 65535},
+            {"type": "string", "pattern": r"^[0-9]{1,5}-[0-9]{1,5}$"},
+        ]
+    },
+    "x-expected": 'a list of ports 1-65535 or "first-last" ranges',
+}
+_MOUNT_EXPECTED = "an absolute path of letters, digits, _ . - such as /mnt/shared"
+
 PORT_NAMES = (
     "gcs", "client_server", "dashboard", "dashboard_agent_grpc", "dashboard_agent_http",
     "node_manager", "object_manager", "runtime_env_agent", "metrics_export", "worker_min", "worker_max",
 )  # fmt: skip
 
 #: Keys whose value must be the same on every host of a cluster.
-CLUSTER_WIDE = ("ray_version", "ray_ports", "ray_image", "ray_container_name", "checks_enabled")
+CLUSTER_WIDE = (
+    "ray_version", "ray_ports", "ray_image", "ray_container_name", "checks_enabled",
+    "ray_cluster_name", "ray_auth", "storage_nfs_server", "storage_nfs_exports",
+)  # fmt: skip
 
 PROPERTIES: dict[str, dict[str, Any]] = {
     "ray_role": {"enum": ["head", "worker"], "x-expected": '"head" or "worker"'},
@@ -98,6 +117,89 @@ PROPERTIES: dict[str, dict[str, Any]] = {
         "x-expected": "a mapping of environment variable names to strings",
     },
     "ray_head_wait_s": {"type": "integer", "minimum": 0, "x-expected": "a non-negative number of seconds"},
+    "ray_auth": {"enum": ["token", "none"], "x-expected": '"token" or "none"'},
+    "ray_auth_token_file": {
+        "type": ["string", "null"],
+        "minLength": 1,
+        "x-expected": "null or the path of the token file on the operator's machine",
+    },
+    "firewall_enabled": {"type": "boolean", "x-expected": "true or false"},
+    "firewall_admin_cidrs": {
+        "type": "array",
+        "items": {"type": "string", "minLength": 1},
+        "x-expected": 'a list of addresses or networks such as "203.0.113.0/24"',
+    },
+    "firewall_extra_tcp_ports": _TCP_PORTS,
+    "storage_nfs_server": {
+        "type": ["string", "null"],
+        "minLength": 1,
+        "x-expected": "null or the name of the inventory host that serves the NFS exports",
+    },
+    "storage_nfs_exports": {
+        "type": "array",
+        "items": {
+            "type": "object",
+            "properties": {
+                "path": {"type": "string", "pattern": _ABS_PATH},
+                "options": {"type": "string", "pattern": r"^[A-Za-z0-9_=,.:-]+$"},
+            },
+            "required": ["path"],
+            "additionalProperties": False,
+        },
+        "x-expected": 'a list of {"path": "/srv/shared", "options": "rw,sync,..."} (options optional)',
+    },
+    "storage_nfs_mounts": {
+        "type": "array",
+        "items": {
+            "type": "object",
+            "properties": {
+                "server": {"type": "string", "pattern": r"^[A-Za-z0-9_.:-]+$"},
+                "export": {"type": "string", "pattern": _ABS_PATH},
+                "path": {"type": "string", "pattern": _MOUNT_POINT},
+                "options": {"type": "string", "pattern": r"^[A-Za-z0-9_=,.:-]+$"},
+            },
+            "required": ["server", "export", "path"],
+            "additionalProperties": False,
+        },
+        "x-expected": 'a list of {"server": ..., "export": "/srv/shared", "path": "/mnt/shared", "options": ...}',
+    },
+    "storage_s3_mounts": {
+        "type": "array",
+        "items": {
+            "type": "object",
+            "properties": {
+                "bucket": {"type": "string", "pattern": _BUCKET},
+                "path": {"type": "string", "pattern": _MOUNT_POINT},
+                "prefix": {"type": "string", "pattern": r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*/?$"},
+                "read_only": {"type": "boolean"},
+                "endpoint_url": {"type": ["string", "null"], "pattern": _URL},
+                "path_style": {"type": "boolean"},
+                "region": {"type": ["string", "null"], "pattern": r"^[a-z0-9-]+$"},
+                "driver": {"enum": ["s3fs", "mountpoint-s3"]},
+            },
+            "required": ["bucket", "path"],
+            "additionalProperties": False,
+        },
+        "x-expected": (
+            'a list of {"bucket": ..., "path": "/mnt/...", and optionally "prefix", "read_only", '
+            '"endpoint_url", "path_style", "region", "driver" ("s3fs" or "mountpoint-s3")}'
+        ),
+    },
+    "storage_s3_credentials": {
+        "oneOf": [
+            {"type": "null"},
+            {
+                "type": "object",
+                "properties": {
+                    "access_key_id": {"type": "string", "minLength": 1},
+                    "secret_access_key": {"type": "string", "minLength": 1},
+                },
+                "required": ["access_key_id", "secret_access_key"],
+                "additionalProperties": False,
+            },
+        ],
+        "x-expected": "null (the EC2 instance profile) or {access_key_id, secret_access_key}",
+    },
     "docker_source": {"enum": ["distro", "docker"], "x-expected": '"distro" or "docker"'},
     "docker_repo_url": {
         "type": "string",
@@ -162,7 +264,7 @@ PROPERTIES: dict[str, dict[str, Any]] = {
     "checks_outlier_fraction": _FRACTION,
     "checks_timeout_s": {"type": "integer", "minimum": 30, "x-expected": "a number of seconds of at least 30"},
     "checks_report_dir": {"type": "string", "minLength": 1, "x-expected": "a folder path"},
-    "checks_cluster_name": {"type": "string", "pattern": _NAME, "x-expected": "a name of letters, digits, . _ -"},
+    "ray_cluster_name": {"type": "string", "pattern": _NAME, "x-expected": "a name of letters, digits, . _ -"},
     "base_wait_timeout_s": {"type": "integer", "minimum": 0, "x-expected": "a non-negative number of seconds"},
 }
 
@@ -175,14 +277,20 @@ SCHEMA: dict[str, Any] = {
 _VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
 
 
-_SECRET_NAME = re.compile(r"pa?s+w|pwd|secret|token", re.IGNORECASE)
+_SECRET_NAME = re.compile(r"pa?s+w|pwd|secret|token|credential", re.IGNORECASE)
 _AUTH_PUBLIC = ("registry", "username")
+
+
+#: Names that look secret but hold a choice or a path, shown as they are.
+_NOT_SECRET = ("ray_auth", "ray_auth_token_file")
 
 
 def _redact(key: str, value: Any) -> Any:
     """``value`` with secrets replaced by "***": whatever sits under a secret-looking
     name, anything but a mapping under an ``*auth*`` name, and in an ``*auth*``
     mapping everything but registry and username."""
+    if key in _NOT_SECRET:
+        return value
     is_auth = "auth" in key.lower()
     if _SECRET_NAME.search(key) or (is_auth and value is not None and not isinstance(value, Mapping)):
         return "***"
@@ -269,6 +377,68 @@ def _port_problems(name: str, ports: Mapping[str, int]) -> list[Problem]:
     return problems
 
 
+#: Folders a shared mount must not cover: the system's own.
+_SYSTEM_DIRS = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib64", "/proc", "/run", "/sbin", "/sys", "/usr", "/var")
+
+
+def _mount_problems(name: str, merged: Mapping[str, Any], host_names: set[str]) -> list[Problem]:
+    """Shared-storage rules: distinct mount points off the system's folders, an NFS server
+    role that names a host with exports, credentials for S3-compatible endpoints."""
+    problems: list[Problem] = []
+    seen: dict[str, str] = {}
+    for key in ("storage_nfs_mounts", "storage_s3_mounts"):
+        for index, mount in enumerate(merged[key]):
+            path = mount["path"]
+            label = f"{key}[{index}]['path']"
+            if (
+                path == "/"
+                or any(path == d or path.startswith(d + "/") for d in _SYSTEM_DIRS)
+                or path in ("/tmp", "/root", "/home")
+            ):
+                problems.append(
+                    Problem(name, label, path, "a mount point outside the system's folders, e.g. /mnt/shared")
+                )
+            for other, where in seen.items():
+                if path == other or path.startswith(other + "/") or other.startswith(path + "/"):
+                    problems.append(Problem(name, label, path, f"a mount point apart from {other} ({where})"))
+            seen[path] = label
+    for index, mount in enumerate(merged["storage_s3_mounts"]):
+        if mount.get("endpoint_url") and merged["storage_s3_credentials"] is None:
+            problems.append(
+                Problem(
+                    name,
+                    f"storage_s3_mounts[{index}]['endpoint_url']",
+                    mount["endpoint_url"],
+                    "storage_s3_credentials set too (an S3-compatible store has no instance profile)",
+                )
+            )
+    server = merged["storage_nfs_server"]
+    if server is not None and server not in host_names:
+        problems.append(Problem(name, "storage_nfs_server", server, "the name of a host of this inventory"))
+    if server is not None and not merged["storage_nfs_exports"]:
+        problems.append(Problem(name, "storage_nfs_exports", [], "at least one export for storage_nfs_server"))
+    return problems
+
+
+def _firewall_problems(name: str, merged: Mapping[str, Any]) -> list[Problem]:
+    problems: list[Problem] = []
+    for index, cidr in enumerate(merged["firewall_admin_cidrs"]):
+        try:
+            ipaddress.ip_network(cidr, strict=False)
+        except ValueError:
+            problems.append(
+                Problem(name, f"firewall_admin_cidrs[{index}]", cidr, 'an address or network such as "203.0.113.0/24"')
+            )
+    for index, port in enumerate(merged["firewall_extra_tcp_ports"]):
+        if isinstance(port, str):
+            first, last = (int(p) for p in port.split("-"))
+            if not 1 <= first <= last <= 65535:
+                problems.append(
+                    Problem(name, f"firewall_extra_tcp_ports[{index}]", port, "a range first-last within 1-65535")
+                )
+    return problems
+
+
 def _is_loopback(address: str) -> bool:
     if address == "localhost":
         return True
@@ -292,6 +462,8 @@ def validate_cluster(hosts: Iterable[tuple[str, Mapping[str, Any], str]]) -> lis
         if not host_problems:
             merged[name] = settings.merge(data)
             problems += _port_problems(name, merged[name]["ray_ports"])
+            problems += _mount_problems(name, merged[name], {h[0] for h in hosts})
+            problems += _firewall_problems(name, merged[name])
 
     if len(merged) < len(hosts):
         return problems  # cross-host rules need every host's data to be valid
@@ -301,9 +473,7 @@ def validate_cluster(hosts: Iterable[tuple[str, Mapping[str, Any], str]]) -> lis
         names = ", ".join(merged) or "(none)"
         problems.append(Problem(names, "ray_role", "worker", 'exactly one host with ray_role = "head"'))
     elif len(heads) > 1:
-        problems.append(
-            Problem(", ".join(heads), "ray_role", "head", 'exactly one head; the others must be "worker"')
-        )
+        problems.append(Problem(", ".join(heads), "ray_role", "head", 'exactly one head; the others must be "worker"'))
 
     by_address: dict[str, list[str]] = {}
     for name, _data, address in hosts:

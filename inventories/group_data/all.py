@@ -36,6 +36,9 @@ ray_ports = {  # every port Ray listens on, pinned so that firewalls and securit
 }
 ray_env = {}  # environment of the ray-node container, e.g. {"NCCL_SOCKET_IFNAME": "eth0"}; not for secrets
 ray_head_wait_s = 120  # how long the deploy waits for the head's GCS port to answer before workers join
+ray_cluster_name = "cluster"  # names the cluster: its token in the state directory, its check reports
+ray_auth = "token"  # "token": Ray token authentication (one token per cluster); "none": no authentication
+ray_auth_token_file = None  # the operator's copy of the token; None: .rayrig/clusters/<ray_cluster_name>/ray_auth_token
 
 # --- Docker ----------------------------------------------------------------
 docker_source = "distro"  # where the engine comes from: "distro" packages or Docker's "docker" repository
@@ -45,6 +48,12 @@ docker_insecure_registries = []  # registries reached over plain HTTP, e.g. ["10
 docker_log_opts = {"max-size": "100m", "max-file": "3"}  # json-file log rotation in daemon.json
 docker_daemon_options = {}  # further daemon.json keys, merged over what is there (never clobbered)
 docker_registry_auth = None  # {"registry": ..., "username": ..., "password": ...} to pull ray_image
+
+# --- Firewall (nftables, in a table of its own) --------------------------------
+# Inbound is dropped except: loopback, replies, ICMP, SSH, Ray's ports from the cluster's own members.
+firewall_enabled = True  # manage the host's inbound firewall; False: leave it to you (open ray_ports yourself)
+firewall_admin_cidrs = []  # who may SSH in (and reach a non-local dashboard); []: SSH from anywhere
+firewall_extra_tcp_ports = []  # more inbound TCP ports open to any source: integers or "first-last" ranges
 
 # --- NVIDIA ----------------------------------------------------------------
 # Only hosts with NVIDIA GPUs (detected on the PCI bus) get any of this; CPU hosts get no NVIDIA step.
@@ -56,6 +65,13 @@ nvidia_toolkit_version = "1.17.8"  # NVIDIA Container Toolkit version, pinned on
 nvidia_toolkit_repo_url = "https://nvidia.github.io/libnvidia-container"  # the toolkit's repository (or a mirror)
 nvidia_cuda_repo_url = "https://developer.download.nvidia.com/compute/cuda/repos"  # CUDA repository (or a mirror)
 nvidia_visible_devices = "all"  # GPUs the ray-node container gets: "all" or a list of indices, e.g. [0, 1]
+
+# --- Shared storage (mounted on every host and inside ray-node at the same path) -----
+storage_nfs_server = None  # the inventory host that serves storage_nfs_exports; None: no NFS server role
+storage_nfs_exports = []  # [{"path": "/srv/shared", "options": "rw,sync,no_subtree_check,root_squash"}]
+storage_nfs_mounts = []  # [{"server": "10.0.0.5" or a host name, "export": "/srv/shared", "path": "/mnt/shared"}]
+storage_s3_mounts = []  # [{"bucket": "datasets", "path": "/mnt/datasets", "read_only": True, "endpoint_url": ...}]
+storage_s3_credentials = None  # {"access_key_id": ..., "secret_access_key": ...}; None: the EC2 instance profile
 
 # --- Base ------------------------------------------------------------------
 base_extra_packages = []  # more OS packages to install on every host
@@ -69,4 +85,3 @@ checks_membw_min_fraction = 0.80  # FAIL a GPU whose copy bandwidth is below thi
 checks_outlier_fraction = 0.9  # FAIL a GPU or node below this fraction of its peers' median
 checks_timeout_s = 900  # how long each benchmark phase may take
 checks_report_dir = "reports"  # where the JSON report and the plot are saved on the operator's machine
-checks_cluster_name = "cluster"  # names the report files: reports/checks-<name>-<time>.json

@@ -36,6 +36,7 @@ from typing import Any
 from deploy import ray_node, settings
 from deploy.docker import merge_daemon_config
 from deploy.image import registry_config
+from tests.plan import fake_firewall, fake_storage
 
 FRESH = "fresh"
 CONVERGED = "converged"
@@ -440,6 +441,9 @@ def fake_responses(
     driver_packages: bool | None = None,
     persistenced: bool | None = None,
     fabricmanager: bool | None = None,
+    members: Iterable[str] = (),
+    firewall: Mapping[str, Any] | None = None,
+    storage: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The ``fake_responses`` of one host.
 
@@ -461,6 +465,10 @@ def fake_responses(
     ``driver_packages`` (the driver rayrig installs is there, by default when the
     data says ``nvidia_driver = "install"``), ``persistenced`` and
     ``fabricmanager`` (installed at the driver's version, enabled and running).
+
+    ``members`` are the cluster's node addresses, the head's first (the
+    firewall admits them); ``firewall`` and ``storage`` are keywords for
+    ``fake_firewall.facts`` and ``fake_storage.facts``.
     """
     if state not in STATES:
         raise ValueError(f"state must be one of {STATES}, not {state!r}")
@@ -491,9 +499,20 @@ def fake_responses(
     persistenced = converged and gpu_host if persistenced is None else persistenced
     fabricmanager = converged and nvswitches > 0 if fabricmanager is None else fabricmanager
 
+    members = list(members) or [head_ip, *([node_ip] if node_ip != head_ip else [])]
+    steps = [
+        fake_firewall.facts(os_name, converged, data, members, firewall or {}),
+        fake_storage.facts(os_name, converged, data, members, storage or {}),
+    ]
+    for step in steps:
+        responses.update(step.responses)
+
     # rayrig's files and directories, with the daemon.json that is there
     files = expected_files(os_name, data, gpus=gpus, driver=driver, nvswitches=nvswitches) if converged else {}
     dirs = expected_dirs(os_name, data, gpus=gpus) if converged else {}
+    for step in steps:
+        files.update(step.files)
+        dirs.update(step.dirs)
     for path in SYSTEM_DIRS[FAMILY[os_name]]:
         dirs.setdefault(path, 755)
     current_daemon = dict(daemon_json or {})
@@ -515,6 +534,7 @@ def fake_responses(
 
     # Packages
     installed = [*PREINSTALLED, *(expected_packages(os_name, data) if converged else ())]
+    installed += [p for step in steps for p in step.packages if p not in installed]
     versioned = nvidia_packages(os_name, data, nvswitches, bool(driver_packages), toolkit_version) if gpu_host else {}
     if not toolkit:
         versioned = {n: v for n, v in versioned.items() if n not in TOOLKIT_PACKAGES}
@@ -603,9 +623,10 @@ def cluster(
         d.update(copy.deepcopy(dict((host_data or {}).get(name, {}))))
     heads = [d for _n, d in hosts if d.get("ray_role") == "head"]
     head_ip = str(heads[0].get("ray_node_ip")) if heads else "10.0.0.1"
+    members = [head_ip] + [str(d.get("ray_node_ip")) for _n, d in hosts if d not in heads and d.get("ray_node_ip")]
     result = []
     for name, d in hosts:
-        kwargs = {**common, **dict((options or {}).get(name, {}))}
+        kwargs = {"members": members, **common, **dict((options or {}).get(name, {}))}
         responses = fake_responses(os_name, state, d, head_ip=head_ip, gpus=(gpus or {}).get(name, 0), **kwargs)
         result.append((name, {**d, "fake_responses": responses, "fake_delay": 0, "fake_delay_jitter": 0}))
     return result

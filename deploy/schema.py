@@ -415,13 +415,17 @@ def _mount_problems(name: str, merged: Mapping[str, Any], host_names: set[str]) 
     server = merged["storage_nfs_server"]
     if server is not None and server not in host_names:
         problems.append(Problem(name, "storage_nfs_server", server, "the name of a host of this inventory"))
-    if server is not None and not merged["storage_nfs_exports"]:
+    elif server is not None and not merged["storage_nfs_exports"]:
         problems.append(Problem(name, "storage_nfs_exports", [], "at least one export for storage_nfs_server"))
     return problems
 
 
 def _firewall_problems(name: str, merged: Mapping[str, Any]) -> list[Problem]:
-    problems: list[Problem] = []
+    problems: list[Problem] = [
+        Problem(name, f"ray_env[{key!r}]", merged["ray_env"][key], "no RAY_AUTH_* variable: set ray_auth instead")
+        for key in sorted(merged["ray_env"])
+        if key.startswith("RAY_AUTH")
+    ]
     for index, cidr in enumerate(merged["firewall_admin_cidrs"]):
         try:
             ipaddress.ip_network(cidr, strict=False)

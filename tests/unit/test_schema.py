@@ -354,3 +354,85 @@ def test_check_inventory_passes_a_good_inventory():
         )
     )
     check_inventory(inventory)
+
+
+# --- Security and storage -------------------------------------------------------------------------
+
+NFS_MOUNT = {"server": "10.0.0.1", "export": "/srv/shared", "path": "/mnt/shared"}
+S3_MOUNT = {"bucket": "datasets", "path": "/mnt/datasets"}
+S3_KEYS = {"access_key_id": "AKIDEXAMPLE", "secret_access_key": "s3-SECRET-value"}
+
+
+def test_security_and_storage_settings_in_use_are_valid():
+    data = {
+        "firewall_admin_cidrs": ["203.0.113.0/24", "2001:db8::/32", "198.51.100.7"],
+        "firewall_extra_tcp_ports": [8000, "9000-9010"],
+        "storage_nfs_server": "head-1",
+        "storage_nfs_exports": [{"path": "/srv/shared"}, {"path": "/srv/ckpt", "options": "rw,sync,no_root_squash"}],
+        "storage_nfs_mounts": [NFS_MOUNT, {**NFS_MOUNT, "server": "head-1", "path": "/mnt/my-ckpt"}],
+        "storage_s3_mounts": [
+            {**S3_MOUNT, "read_only": True, "endpoint_url": "http://10.0.0.9:9000", "path_style": True},
+            {"bucket": "ckpt.team-a", "path": "/data/ckpt", "prefix": "runs/", "driver": "mountpoint-s3"},
+        ],
+        "storage_s3_credentials": S3_KEYS,
+        "ray_auth": "none",
+    }
+    assert validate_cluster([head(**data), worker(1, **data)]) == []
+
+
+@pytest.mark.parametrize(
+    "key,value,label,expected",
+    [
+        ("ray_auth", "tokens", "ray_auth", '"token" or "none"'),
+        ("ray_env", {"RAY_AUTH_MODE": "disabled"}, "ray_env['RAY_AUTH_MODE']", "no RAY_AUTH_* variable"),
+        ("firewall_admin_cidrs", ["10.0.0.0/33"], "firewall_admin_cidrs[0]", "an address or network"),
+        ("firewall_admin_cidrs", "10.0.0.0/8", "firewall_admin_cidrs", "a list of addresses or networks"),
+        ("firewall_extra_tcp_ports", [70000], "firewall_extra_tcp_ports", "a list of ports 1-65535"),
+        ("firewall_extra_tcp_ports", ["9010-9000"], "firewall_extra_tcp_ports[0]", "a range first-last"),
+        ("storage_nfs_server", "nas-1", "storage_nfs_server", "the name of a host of this inventory"),
+        ("storage_nfs_mounts", [{**NFS_MOUNT, "path": "mnt/shared"}], "storage_nfs_mounts", "a list of {"),
+        ("storage_nfs_mounts", [{"export": "/srv", "path": "/mnt/x"}], "storage_nfs_mounts", "a list of {"),
+        ("storage_nfs_mounts", [{**NFS_MOUNT, "path": "/etc/shared"}], "storage_nfs_mounts[0]['path']",
+         "a mount point outside the system's folders"),
+        ("storage_nfs_mounts", [NFS_MOUNT, {**NFS_MOUNT, "path": "/mnt/shared/sub"}],
+         "storage_nfs_mounts[1]['path']", "a mount point apart from /mnt/shared"),
+        ("storage_s3_mounts", [{**S3_MOUNT, "bucket": "Bad_Bucket"}], "storage_s3_mounts", "a list of {"),
+        ("storage_s3_mounts", [{**S3_MOUNT, "path": "/mnt/a b"}], "storage_s3_mounts", "a list of {"),
+        ("storage_s3_mounts", [{**S3_MOUNT, "endpoint_url": "http://10.0.0.9:9000"}],
+         "storage_s3_mounts[0]['endpoint_url']", "storage_s3_credentials set too"),
+        ("storage_s3_credentials", {"access_key_id": "AKID"}, "storage_s3_credentials", "null (the EC2"),
+    ],
+)  # fmt: skip
+def test_bad_security_and_storage_values(key, value, label, expected):
+    problems = validate_cluster([head(**{key: value})])
+    assert len(problems) == 1, problems
+    assert problems[0].key.startswith(label) and problems[0].expected.startswith(expected), problems[0]
+
+
+def test_an_nfs_server_role_needs_exports():
+    p = only(validate_cluster([head(storage_nfs_server="head-1")]))
+    assert (p.key, p.expected) == ("storage_nfs_exports", "at least one export for storage_nfs_server")
+
+
+def test_nfs_and_s3_mounts_may_not_share_a_mount_point():
+    problems = validate_cluster(
+        [
+            head(
+                storage_nfs_mounts=[NFS_MOUNT],
+                storage_s3_mounts=[{**S3_MOUNT, "path": "/mnt/shared"}],
+                storage_s3_credentials=S3_KEYS,
+            )
+        ]
+    )
+    assert [p.key for p in problems] == ["storage_s3_mounts[0]['path']"]
+
+
+def test_s3_secrets_never_appear_in_problems():
+    problems = validate_cluster([head(storage_s3_credentials={**S3_KEYS, "extra": 1})])
+    assert problems
+    assert "s3-SECRET-value" not in str(InventoryError(problems))
+
+
+def test_auth_and_the_nfs_server_are_the_same_on_every_host():
+    problems = validate_cluster([head(ray_auth="none"), worker(1)])
+    assert [(p.key, p.expected) for p in problems] == [("ray_auth", "the same value on every host of the cluster")]

@@ -128,6 +128,34 @@ def render_sweep_test(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _names(ips: list[str], hosts: dict[str, str], most: int = 3) -> str:
+    names = [hosts.get(ip, ip) for ip in ips]
+    return ", ".join(names) if len(names) <= most else f"{len(names)} nodes"
+
+
+def render_storage(report: dict[str, Any]) -> str:
+    """The shared-storage round trip: one line per mount (path, kind, OK/FAIL, where it was
+    written and read, how long it took); "" when the cluster has no shared mount."""
+    data = report.get("storage")
+    if not data:
+        return ""
+    if data.get("error") or "mounts" not in data:
+        return f"shared storage: FAILED: {data.get('error')}"
+    hosts = data.get("hosts") or {}
+    rows = []
+    for m in data["mounts"]:
+        if m.get("writable"):
+            where = f"written on {hosts.get(m['written_on'], m['written_on']) if m.get('written_on') else '-'}"
+            where += f", read on {_names(m.get('read_on') or [], hosts) or '-'}"
+        else:
+            where = f"read-only, listed on {_names(m.get('listed_on') or [], hosts) or '-'}"
+        detail = f"{where} in {_num(m.get('seconds'), 2)} s"
+        if m.get("error"):
+            detail += f"; {m['error']}"
+        rows.append([m["path"], m["kind"], "OK" if m.get("ok") else "FAIL", detail])
+    return "Shared storage\n" + format_table(["mount", "kind", "status", "round trip"], rows)
+
+
 def render_verdict(verdict: Verdict) -> str:
     """``VERDICT: FAIL`` followed by one line per reason, the failures first."""
     order = {"FAIL": 0, "WARN": 1, "INFO": 2}
@@ -141,12 +169,15 @@ def render_verdict(verdict: Verdict) -> str:
 
 def render(report: dict[str, Any], verdict: Verdict | None = None) -> str:
     """Everything above, in the order a reader wants it: devices, all-reduce,
-    smoke test, timing, verdict."""
+    smoke test, shared storage, timing, verdict."""
     parts = [render_devices(report, verdict)]
     if report.get("mode") == "cluster" or report.get("allreduce"):
         parts.append(render_allreduce(report))
     if report.get("mode") == "cluster" or report.get("sweep_test"):
         parts.append(render_sweep_test(report))
+    storage = render_storage(report)
+    if storage:
+        parts.append(storage)
     timing = report.get("timing") or {}
     if timing:
         parts.append("timing: " + ", ".join(f"{k} {_num(v)} s" for k, v in timing.items()))

@@ -24,6 +24,7 @@ from pyinfra.connectors.fake import FakeConnector
 
 from checks import report as report_mod
 from checks import runner
+from checks import storage as storage_check
 from checks.verdict import FAIL
 from deploy.ray_node import head_host
 from deploy.settings import host_data, host_settings, node_address
@@ -86,7 +87,7 @@ def _sh(h: Any, script: str, print_output: bool = False) -> tuple[bool, list[str
 
 
 def run_checks(state: Any) -> runner.Verdict:
-    """Preflight, cluster state and benchmark; print the verdict; raise ``ChecksFailed`` on FAIL."""
+    """Preflight, cluster state, shared storage and benchmark; print the verdict; raise ``ChecksFailed`` on FAIL."""
     head = head_host()
     if not head.connected:
         click.echo("--> Post-deploy checks skipped: the head is not part of this run (--limit?)", err=True)
@@ -96,13 +97,15 @@ def run_checks(state: Any) -> runner.Verdict:
         return runner.Verdict([])
     settings = host_settings(head)
     container = settings["ray_container_name"]
-    click.echo("--> Running the post-deploy checks (preflight, cluster state, benchmark)", err=True)
+    click.echo("--> Running the post-deploy checks (preflight, cluster state, shared storage, benchmark)", err=True)
 
     reasons: list[runner.Reason] = []
     declarations = []
     preflight: dict[str, Any] = {}
+    settings_by_node: dict[str, dict[str, Any]] = {}
     for h in inventory:
         s = host_settings(h)
+        settings_by_node[node_address(h)] = s
         detected = None
         if h.connected:
             ok, lines = _sh(h, runner.PREFLIGHT_SCRIPT.format(container=container))
@@ -132,6 +135,16 @@ def run_checks(state: Any) -> runner.Verdict:
         reasons += runner.cluster_reasons(declarations, cluster_state)
 
     aliases = {d["address"]: d["name"] for d in declarations if d["address"] != d["name"]}
+    storage = None  # no shared mounts: nothing to check, nothing in the report's text
+    mounts = storage_check.storage_mounts(settings_by_node)
+    if mounts:
+        click.echo(f"--> Shared storage: a round trip through {len(mounts)} mount(s) on every node", err=True)
+        ok, lines = _sh(head, storage_check.storage_check_command(container, mounts))
+        storage = storage_check.parse_result(lines) or {
+            "error": f"no result (timed out after {storage_check.check_timeout()} s, or Python failed there)"
+        }
+        reasons += storage_check.storage_reasons(storage, aliases)
+        storage["hosts"] = aliases
     head.put_file(runner.package_tarball(), f"{runner.REMOTE_DIR}.tgz")
     prepare = f"mkdir -p {runner.REMOTE_DIR} && mv {runner.REMOTE_DIR}.tgz {runner.REMOTE_DIR}/checks.tgz && "
     ok, _ = _sh(head, prepare + runner.benchmark_command(container, settings, aliases, expected_ips), print_output=True)
@@ -153,6 +166,7 @@ def run_checks(state: Any) -> runner.Verdict:
         **bench,
         "preflight": preflight,
         "cluster_state": cluster_state,
+        "storage": storage,
         "verdict": {**verdict.as_dict(), "thresholds": thresholds},
     }
     report_dir = Path(settings["checks_report_dir"]).expanduser()

@@ -14,6 +14,7 @@ from deploy.image import image
 from deploy.nvidia import nvidia
 from deploy.post_checks import post_deploy_checks
 from deploy.ray_node import ray_node
+from deploy.storage import storage
 from deploy.validate import validate_once
 
 validate_once(host.state, inventory)
@@ -22,5 +23,6 @@ base()
 docker()
 image()
 nvidia()
+storage()
 ray_node()
 post_deploy_checks()

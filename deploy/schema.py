@@ -153,7 +153,7 @@ PROPERTIES: dict[str, dict[str, Any]] = {
         "items": {
             "type": "object",
             "properties": {
-                "server": {"type": "string", "pattern": r"^[A-Za-z0-9_.:-]+$"},
+                "server": {"type": "string", "pattern": r"^[^\s]+$"},
                 "export": {"type": "string", "pattern": _ABS_PATH},
                 "path": {"type": "string", "pattern": _MOUNT_POINT},
                 "options": {"type": "string", "pattern": r"^[A-Za-z0-9_=,.:-]+$"},

@@ -31,11 +31,15 @@ from pyinfra.api import deploy
 from pyinfra.api.exceptions import PyinfraError
 from pyinfra.operations import files, server, systemd
 
+from deploy import auth
 from deploy.facts import DockerContainer, HostInfo, NvidiaGpus, fact
+from deploy.image import put_secret_file
 from deploy.settings import host_data, host_settings, merge, node_address
+from deploy.storage import mount_points
 
 HASH_LABEL = "rayrig.config-hash"
 ROLE_LABEL = "rayrig.role"
+TOKEN_LABEL = "rayrig.auth-token-digest"  # says when the token changed, nothing about it
 
 
 class GpuCountError(PyinfraError):
@@ -102,9 +106,7 @@ def nofile_limit(setting: int | None, hard_limit: int | None) -> int | None:
     return min(setting, hard_limit) if hard_limit else setting
 
 
-def ray_start_args(
-    settings: dict[str, Any], role: str, node_ip: str, head_address: str, num_gpus: int
-) -> list[str]:
+def ray_start_args(settings: dict[str, Any], role: str, node_ip: str, head_address: str, num_gpus: int) -> list[str]:
     """The ``ray start`` command line for a node."""
     ports = settings["ray_ports"]
     args = ["ray", "start", "--block", "--disable-usage-stats", f"--node-ip-address={node_ip}"]
@@ -140,9 +142,21 @@ def ray_start_args(
 
 
 def docker_run_args(
-    settings: dict[str, Any], role: str, start_args: list[str], num_gpus: int, shm: str, nofile: int | None
+    settings: dict[str, Any],
+    role: str,
+    start_args: list[str],
+    num_gpus: int,
+    shm: str,
+    nofile: int | None,
+    token_digest: str | None = None,
 ) -> list[str]:
-    """``docker create`` arguments for the ray-node container, without the hash label."""
+    """``docker create`` arguments for the ray-node container, without the hash label.
+
+    ``token_digest`` (``auth.token_digest``) is set when Ray token authentication
+    is on: the token file is mounted read-only, and a new token replaces the
+    container. Every shared-storage mount point is bind-mounted at its own path,
+    with slave propagation so that a remount on the host shows inside.
+    """
     args = [
         "docker", "create",
         f"--name={settings['ray_container_name']}",
@@ -152,7 +166,12 @@ def docker_run_args(
     ]  # fmt: skip
     if nofile:
         args.append(f"--ulimit=nofile={nofile}:{nofile}")
-    args += [f"--env={name}={value}" for name, value in sorted(settings["ray_env"].items())]
+    env = {**settings["ray_env"], **auth.container_env(settings)}
+    args += [f"--env={name}={value}" for name, value in sorted(env.items())]
+    if settings["ray_auth"] == "token":
+        token = auth.NODE_TOKEN_PATH
+        args += [f"--label={TOKEN_LABEL}={token_digest}", f"--mount=type=bind,src={token},dst={token},readonly"]
+    args += [f"--mount=type=bind,src={p},dst={p},bind-propagation=rslave" for p in mount_points(settings)]
     if num_gpus > 0:
         args.append(gpus_option(settings.get("nvidia_visible_devices", "all")))
     return args + [settings["ray_image"], *start_args]
@@ -200,7 +219,8 @@ def desired_run_args(current_host: Any) -> tuple[str, list[str]]:
     start = ray_start_args(settings, role, node_address(current_host), node_address(head_host()), num_gpus)
     shm = shm_size(settings["ray_shm_size"], info["mem_bytes"])
     nofile = nofile_limit(settings["ray_ulimit_nofile"], info["nofile_hard"])
-    return role, docker_run_args(settings, role, start, num_gpus, shm, nofile)
+    digest = auth.token_digest(auth.ensure_token(settings)) if settings["ray_auth"] == "token" else None
+    return role, docker_run_args(settings, role, start, num_gpus, shm, nofile, digest)
 
 
 def unit_text(container: str) -> str:
@@ -208,7 +228,7 @@ def unit_text(container: str) -> str:
     return f"""[Unit]
 Description=Ray node in the {container} container (managed by rayrig)
 Requires=docker.service
-After=docker.service network-online.target
+After=docker.service network-online.target remote-fs.target
 Wants=network-online.target
 
 [Service]
@@ -228,6 +248,19 @@ def ray_node() -> None:
     settings = host_settings(host)
     name = settings["ray_container_name"]
     role, run_args = desired_run_args(host)
+    quoted = shlex.quote(name)
+    own_token = []
+    if settings["ray_auth"] == "token":
+        token = auth.ensure_token(settings)
+        files.directory(name="Create the Ray token's directory", path=auth.NODE_TOKEN_DIR, mode="700")
+        put_secret_file(
+            name="Store the cluster's Ray token",
+            src=StringIO(auth.read_token(token) + "\n"),
+            dest=auth.NODE_TOKEN_PATH,
+        )
+        # 0600 and owned by the user the container runs as (root in rayrig's image, ray in Ray's).
+        uid = f"docker run --rm --network=none --entrypoint id {shlex.quote(settings['ray_image'])} -u"
+        own_token = [f'chown "$({uid})" {auth.NODE_TOKEN_PATH}']
 
     unit = files.put(
         name=f"Install the {name} systemd unit",
@@ -245,11 +278,11 @@ def ray_node() -> None:
         )
         return
 
-    quoted = shlex.quote(name)
     replace = [
         "systemctl daemon-reload",
         f"systemctl stop {quoted}.service 2>/dev/null || true",
         f"docker rm --force {quoted} >/dev/null 2>&1 || true",
+        *own_token,
         shlex.join(with_hash_label(run_args)),
         f"systemctl enable --now {quoted}.service",
         f"systemctl restart {quoted}.service",

@@ -33,7 +33,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from deploy import ray_node, settings
+from deploy import auth, ray_node, settings, storage
 from deploy.docker import merge_daemon_config
 from deploy.image import registry_config
 from tests.plan import fake_firewall, fake_storage
@@ -316,6 +316,8 @@ def expected_files(
         files.update(nvidia_files(os_name, data, driver, nvswitches))
     name = s["ray_container_name"]
     files[f"/etc/systemd/system/{name}.service"] = (ray_node.unit_text(name), 644)
+    if s["ray_auth"] == "token":
+        files[auth.NODE_TOKEN_PATH] = (auth.read_token(auth.ensure_token(s)) + "\n", 600)
     return files
 
 
@@ -334,6 +336,8 @@ def expected_dirs(os_name: str, data: Mapping[str, Any], *, gpus: int = 0) -> di
         dirs["/etc/apt/keyrings"] = 755
     if s["docker_registry_auth"]:
         dirs["/etc/rayrig/docker"] = 700
+    if s["ray_auth"] == "token":
+        dirs[auth.NODE_TOKEN_DIR] = 700
     return dirs
 
 
@@ -359,7 +363,8 @@ def expected_run_args(
     start = ray_node.ray_start_args(s, s["ray_role"], node_ip, head_ip, num_gpus)
     shm = ray_node.shm_size(s["ray_shm_size"], mem_kb * 1024)
     nofile = ray_node.nofile_limit(s["ray_ulimit_nofile"], nofile_hard)
-    return ray_node.docker_run_args(s, s["ray_role"], start, num_gpus, shm, nofile)
+    digest = auth.token_digest(auth.ensure_token(s)) if s["ray_auth"] == "token" else None
+    return ray_node.docker_run_args(s, s["ray_role"], start, num_gpus, shm, nofile, digest)
 
 
 # --- Fact answers --------------------------------------------------------------------------------
@@ -627,6 +632,8 @@ def cluster(
     result = []
     for name, d in hosts:
         kwargs = {"members": members, **common, **dict((options or {}).get(name, {}))}
+        nfs_server = storage.serves_nfs(settings.merge(d), name)
+        kwargs["firewall"] = {"nfs_server": nfs_server, **dict(kwargs.get("firewall") or {})}
         responses = fake_responses(os_name, state, d, head_ip=head_ip, gpus=(gpus or {}).get(name, 0), **kwargs)
         result.append((name, {**d, "fake_responses": responses, "fake_delay": 0, "fake_delay_jitter": 0}))
     return result

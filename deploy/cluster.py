@@ -10,6 +10,7 @@ from pyinfra import host, inventory
 
 from deploy.base import base
 from deploy.docker import docker
+from deploy.firewall import firewall
 from deploy.image import image
 from deploy.nvidia import nvidia
 from deploy.post_checks import post_deploy_checks
@@ -24,5 +25,6 @@ docker()
 image()
 nvidia()
 storage()
+firewall()
 ray_node()
 post_deploy_checks()

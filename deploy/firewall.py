@@ -1,0 +1,549 @@
+"""Firewall: each host's inbound traffic filtered by an nftables table of rayrig's own.
+
+With ``firewall_enabled`` (the default), ensures on every host:
+
+- the ``nftables`` package (apt and dnf hosts);
+- the ruleset in ``/etc/rayrig/firewall.nft``, rendered from data by
+  ``render_ruleset``: one table, ``inet rayrig``, whose input chain drops what
+  it does not accept. It accepts
+    * loopback, replies to connections the host made (invalid packets are
+      dropped), ICMP and ICMPv6 (neighbour discovery), DHCPv6 replies;
+    * SSH (``ssh_port``, default 22, and the port the deploy is connected to)
+      from the admins: ``firewall_admin_cidrs`` and the address the deploy
+      connects from (fact ``DeploySource``), so a deploy never locks itself
+      out; from anywhere when ``firewall_admin_cidrs`` is empty;
+    * every Ray port of ``ray_ports`` and the worker range
+      ``worker_min``-``worker_max`` from the cluster's members only: each
+      inventory host's node address (``ray_node_ip``, else its SSH address),
+      resolved to IP addresses on the operator's machine;
+    * the dashboard port from the admins and the members, only where
+      ``ray_dashboard_host`` is not a loopback address (by default it is, and
+      the dashboard is reached through an SSH tunnel);
+    * ``firewall_extra_tcp_ports`` from anywhere;
+- the ruleset checked (``nft -c -f``) and then loaded (``nft -f``) when the
+  file changed or the table is not loaded now; loading it is one transaction
+  that replaces rayrig's table and nothing else, so Docker's tables and anyone
+  else's stay as they are;
+- ``rayrig-firewall.service`` enabled: it loads the file at boot, before the
+  network comes up. The distribution's ``nftables.service`` and
+  ``/etc/nftables.conf`` are left alone.
+
+A host where ufw or firewalld is active (or enabled) stops the deploy before
+any change: two firewalls would fight over the same traffic.
+
+With ``firewall_enabled = False``, rayrig leaves the host's firewall to you
+and removes what an earlier deploy put there (the table, the unit, the file);
+the nftables package stays. Example:
+
+    firewall()   # in deploy/cluster.py, after storage(), before ray_node()
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import shlex
+import socket
+import weakref
+from collections.abc import Iterable, Mapping
+from io import StringIO
+from typing import Any
+
+from pyinfra import host, inventory
+from pyinfra.api import FactBase, deploy
+from pyinfra.api.exceptions import PyinfraError
+from pyinfra.facts.files import File
+from pyinfra.operations import files, server, systemd
+
+from deploy.base import install_packages
+from deploy.facts import fact
+from deploy.settings import host_data, host_settings, node_address
+from deploy.storage import NFS_PORT, serves_nfs
+
+TABLE = "inet rayrig"
+RULESET_PATH = "/etc/rayrig/firewall.nft"
+UNIT = "rayrig-firewall.service"
+UNIT_PATH = f"/etc/systemd/system/{UNIT}"
+NFT = "/usr/sbin/nft"  # where every supported distribution installs it
+#: The other firewalls rayrig refuses to run beside, with how to turn each off.
+OTHER_FIREWALLS = {"ufw": "sudo ufw disable", "firewalld": "sudo systemctl disable --now firewalld"}
+#: ray_ports keys with a rule of their own (the rest are single ports open to the members).
+WORKER_RANGE = ("worker_min", "worker_max")
+DASHBOARD = "dashboard"
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+class FirewallConflict(PyinfraError):
+    """Another firewall (ufw, firewalld) manages the host's inbound traffic."""
+
+
+class UnresolvableNode(PyinfraError):
+    """A cluster member's node address does not resolve to an IP address."""
+
+
+# --- Facts ----------------------------------------------------------------------------------------
+
+
+class DeploySource(FactBase):
+    """Where the deploy's SSH connection comes from, as the host sees it.
+
+    Returns ``{"address": "198.51.100.7", "port": 22}`` (``port``: the host's
+    side of the connection), or None when the deploy does not run over SSH
+    (``@local``, ``@docker``). Read without sudo, which drops ``$SSH_CONNECTION``.
+    """
+
+    @staticmethod
+    def default() -> None:
+        return None
+
+    def command(self) -> str:
+        return 'echo "RAYRIG_SSH_CONNECTION=${SSH_CONNECTION:-}"; echo "RAYRIG_SSH_CLIENT=${SSH_CLIENT:-}"'
+
+    def process(self, output: list[str]) -> dict[str, Any] | None:
+        values = dict(line.partition("=")[::2] for line in output if line.startswith("RAYRIG_SSH_"))
+        # SSH_CONNECTION: client-address client-port server-address server-port
+        # SSH_CLIENT (older sshd):  client-address client-port server-port
+        for key, port_at in (("RAYRIG_SSH_CONNECTION", 3), ("RAYRIG_SSH_CLIENT", 2)):
+            words = values.get(key, "").split()
+            if len(words) > port_at:
+                address = parse_address(words[0])
+                if address is not None:
+                    port = int(words[port_at]) if words[port_at].isdigit() else None
+                    return {"address": str(address), "port": port}
+        return None
+
+
+class NftTables(FactBase):
+    """The nftables tables loaded now, as "family name": ``["inet rayrig", "ip filter"]``.
+
+    Empty when nft is not installed (or may not be run).
+    """
+
+    @staticmethod
+    def default() -> list[str]:
+        return []
+
+    def command(self) -> str:
+        return "command -v nft >/dev/null 2>&1 && nft list tables 2>/dev/null || true"
+
+    def process(self, output: list[str]) -> list[str]:
+        return sorted(" ".join(line.split()[1:3]) for line in output if line.startswith("table "))
+
+
+class OtherFirewalls(FactBase):
+    """The other firewalls that manage the host: name -> "active" or "enabled" (it
+    starts at boot), e.g. ``{"ufw": "active"}``; empty when there is none."""
+
+    @staticmethod
+    def default() -> dict[str, str]:
+        return {}
+
+    def command(self) -> str:
+        return (
+            "if command -v ufw >/dev/null 2>&1; then "
+            "if ufw status 2>/dev/null | grep -q '^Status: active'; then echo 'RAYRIG_FIREWALL=ufw active'; "
+            "elif grep -qs '^ENABLED=yes' /etc/ufw/ufw.conf; then echo 'RAYRIG_FIREWALL=ufw enabled'; fi; fi; "
+            "if command -v systemctl >/dev/null 2>&1; then "
+            "if systemctl is-active --quiet firewalld 2>/dev/null; then echo 'RAYRIG_FIREWALL=firewalld active'; "
+            "elif systemctl is-enabled --quiet firewalld 2>/dev/null; then "
+            "echo 'RAYRIG_FIREWALL=firewalld enabled'; fi; fi"
+        )
+
+    def process(self, output: list[str]) -> dict[str, str]:
+        found = {}
+        for line in output:
+            if line.startswith("RAYRIG_FIREWALL="):
+                name, _sep, state = line.split("=", 1)[1].partition(" ")
+                found[name] = state or "active"
+        return found
+
+
+# --- Pure helpers ---------------------------------------------------------------------------------
+
+
+def parse_address(text: str) -> IPAddress | None:
+    """An IP address without its zone; an IPv4-mapped IPv6 address as IPv4. None if not an address.
+
+    >>> parse_address("::ffff:192.0.2.7"), parse_address("fe80::1%eth0"), parse_address("node-1")
+    (IPv4Address('192.0.2.7'), IPv6Address('fe80::1'), None)
+    """
+    try:
+        address = ipaddress.ip_address(text.split("%", 1)[0])
+    except ValueError:
+        return None
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped:
+        return address.ipv4_mapped
+    return address
+
+
+def is_loopback(address: str) -> bool:
+    """Whether a bind address is loopback only ("localhost", 127.0.0.0/8, ::1).
+
+    >>> is_loopback("127.0.0.1"), is_loopback("localhost"), is_loopback("0.0.0.0")
+    (True, True, False)
+    """
+    if address.strip().lower() == "localhost":
+        return True
+    parsed = parse_address(address.strip())
+    return bool(parsed and parsed.is_loopback)
+
+
+def port_ranges(ports: Iterable[int | str]) -> list[tuple[int, int]]:
+    """Ports (integers or "first-last" strings) as sorted (first, last) ranges, overlaps merged.
+
+    >>> port_ranges([9000, "8000-8010", 8005, "9001-9001"])
+    [(8000, 8010), (9000, 9000), (9001, 9001)]
+    """
+    ranges = []
+    for port in ports:
+        if isinstance(port, str) and "-" in port:
+            first, last = (int(p) for p in port.split("-", 1))
+        else:
+            first = last = int(port)
+        ranges.append((first, last))
+    merged: list[tuple[int, int]] = []
+    for first, last in sorted(ranges):
+        if merged and first <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(last, merged[-1][1]))
+        else:
+            merged.append((first, last))
+    return merged
+
+
+def _port(first: int, last: int) -> str:
+    return str(first) if first == last else f"{first}-{last}"
+
+
+def ports_match(ports: Iterable[int | str]) -> str:
+    """The right-hand side of ``tcp dport``: one port, or an anonymous set.
+
+    >>> ports_match([22]), ports_match([2222, 22, "8000-8010"])
+    ('22', '{ 22, 2222, 8000-8010 }')
+    """
+    elements = [_port(first, last) for first, last in port_ranges(ports)]
+    return elements[0] if len(elements) == 1 else "{ " + ", ".join(elements) + " }"
+
+
+def _address_key(address: IPAddress | IPNetwork) -> tuple[int, int]:
+    return address.version, int(address.network_address if hasattr(address, "network_address") else address)
+
+
+def collapse_networks(cidrs: Iterable[str]) -> list[IPNetwork]:
+    """Networks (host bits cleared), overlaps and neighbours merged, IPv4 first, sorted.
+
+    >>> [str(n) for n in collapse_networks(["10.0.0.7/24", "10.0.0.9", "2001:db8::1"])]
+    ['10.0.0.0/24', '2001:db8::1/128']
+    """
+    networks = [ipaddress.ip_network(c.split("%", 1)[0], strict=False) for c in cidrs]
+    collapsed: list[IPNetwork] = []
+    for version in (4, 6):
+        same = [n for n in networks if n.version == version]
+        collapsed += list(ipaddress.collapse_addresses(same))  # type: ignore[arg-type]
+    return sorted(collapsed, key=_address_key)
+
+
+def _element(network: IPNetwork) -> str:
+    return str(network.network_address) if network.prefixlen == network.max_prefixlen else str(network)
+
+
+def ray_member_ports(ray_ports: Mapping[str, int], dashboard_open: bool) -> list[tuple[str, str]]:
+    """(port or range, what it is) of every Ray port the members reach, sorted by port.
+
+    The dashboard is among them only when it listens beyond loopback.
+    """
+    entries = []
+    for name, port in ray_ports.items():
+        if name in WORKER_RANGE or (name == DASHBOARD and not dashboard_open):
+            continue
+        entries.append((int(port), int(port), name))
+    lo, hi = (int(ray_ports[name]) for name in WORKER_RANGE)
+    entries.append((lo, hi, "-".join(WORKER_RANGE) + " (Ray's workers)"))
+    return [(_port(first, last), name) for first, last, name in sorted(entries)]
+
+
+def _set(name: str, kind: str, elements: list[str], interval: bool, comments: list[str] | None = None) -> list[str]:
+    lines = [f"\tset {name} {{", f"\t\ttype {kind}"]
+    if interval:
+        lines.append("\t\tflags interval")
+    if elements:
+        lines.append("\t\telements = {")
+        for index, element in enumerate(elements):
+            comma = "," if index < len(elements) - 1 else ""
+            note = f"  # {comments[index]}" if comments else ""
+            lines.append(f"\t\t\t{element}{comma}{note}")
+        lines.append("\t\t}")
+    lines.append("\t}")
+    return lines
+
+
+def render_ruleset(
+    *,
+    ray_ports: Mapping[str, int],
+    members: Iterable[str],
+    admin_cidrs: Iterable[str] = (),
+    extra_tcp_ports: Iterable[int | str] = (),
+    ssh_ports: Iterable[int] = (22,),
+    dashboard_host: str = "127.0.0.1",
+    deploy_source: str | None = None,
+    nfs_server: bool = False,
+) -> str:
+    """The nftables file of one host: rayrig's table, replaced in one transaction when loaded.
+
+    ``members`` are the cluster's IP addresses; ``admin_cidrs`` who administers it
+    (``firewall_admin_cidrs``), joined by ``deploy_source``, the address the deploy
+    connects from. ``nfs_server``: the host serves NFS (``storage_nfs_server``), so
+    the members also reach TCP 2049. The output depends only on the arguments'
+    values, never on their order, so that a re-run with the same data rewrites nothing.
+
+    >>> ports = {"gcs": 7000, "dashboard": 7001, "worker_min": 7100, "worker_max": 7199}
+    >>> text = render_ruleset(ray_ports=ports, members=["10.0.0.1"])
+    >>> "policy drop;" in text, "ip saddr @members_v4 tcp dport @ray_ports accept" in text
+    (True, True)
+    """
+    admin_cidrs = list(admin_cidrs)
+    ssh = ports_match(ssh_ports)
+    ssh_listed = ", ".join(str(p) for p in sorted(set(ssh_ports)))
+    members = list(members)
+    parsed = [parse_address(m) for m in members]
+    if None in parsed:
+        raise ValueError(f"members must be IP addresses (resolve names first): {members!r}")
+    member_addresses = sorted(set(parsed), key=_address_key)  # type: ignore[arg-type]
+    admins = collapse_networks([*admin_cidrs, *([deploy_source] if deploy_source else [])])
+    dashboard_open = not is_loopback(dashboard_host)
+    dashboard = int(ray_ports[DASHBOARD])
+    ray = ray_member_ports(ray_ports, dashboard_open)
+    if nfs_server:
+        ray = sorted(
+            [*ray, (str(NFS_PORT), "nfs (this host is storage_nfs_server)")], key=lambda e: int(e[0].split("-")[0])
+        )
+    extra = port_ranges(extra_tcp_ports)
+
+    open_to = ["loopback, replies to this host's own connections, ICMP and ICMPv6, DHCPv6 replies;"]
+    if admin_cidrs:
+        open_to.append(f"SSH (TCP {ssh_listed}) from the admins;")
+    else:
+        open_to.append(f"SSH (TCP {ssh_listed}) from anywhere, as firewall_admin_cidrs is empty;")
+    open_to.append("Ray's ports (ray_ports) from the cluster's members;")
+    if nfs_server:
+        open_to.append(f"NFS (TCP {NFS_PORT}) from the cluster's members, as this host serves storage_nfs_exports;")
+    if dashboard_open:
+        open_to.append(f"the dashboard (TCP {dashboard}) from the admins and the members;")
+    if extra:
+        listed = ", ".join(_port(first, last) for first, last in extra)
+        open_to.append(f"TCP {listed} from anywhere (firewall_extra_tcp_ports)")
+    notes = (
+        []
+        if dashboard_open
+        else [f"# The dashboard (TCP {dashboard}) is not open: it listens on {dashboard_host} (ray_dashboard_host)."]
+    )
+    source = f"the address this deploy connects from ({deploy_source})" if deploy_source else "no deploy address"
+
+    lines = [
+        f"#!{NFT} -f",
+        "# Managed by rayrig: this host's inbound firewall. The next deploy rewrites this file;",
+        "# change firewall_enabled, firewall_admin_cidrs, firewall_extra_tcp_ports, ray_ports or",
+        "# ray_dashboard_host in the inventory instead.",
+        "#",
+        "# Loading this file (nft -f; rayrig-firewall.service does at boot) is one transaction that",
+        "# replaces rayrig's own table, inet rayrig, and nothing else: Docker's tables and anyone",
+        "# else's are left alone. Inbound traffic is dropped unless it is:",
+        *(f"#   - {line.rstrip(';.')}{';' if i < len(open_to) - 1 else '.'}" for i, line in enumerate(open_to)),
+        *notes,
+        "",
+        "table inet rayrig {}",
+        "delete table inet rayrig",
+        "",
+        "table inet rayrig {",
+        "\t# The cluster's members: every inventory host's ray_node_ip, else its SSH address.",
+        *_set("members_v4", "ipv4_addr", [str(a) for a in member_addresses if a.version == 4], False),
+        "",
+        *_set("members_v6", "ipv6_addr", [str(a) for a in member_addresses if a.version == 6], False),
+        "",
+        f"\t# The admins: firewall_admin_cidrs, and {source}.",
+        *_set("admins_v4", "ipv4_addr", [_element(n) for n in admins if n.version == 4], True),
+        "",
+        *_set("admins_v6", "ipv6_addr", [_element(n) for n in admins if n.version == 6], True),
+        "",
+        "\t# Ray's ports (ray_ports)" + (" and NFS" if nfs_server else "") + ", open to the members.",
+        *_set("ray_ports", "inet_service", [p for p, _n in ray], True, [n for _p, n in ray]),
+        "",
+        "\tchain input {",
+        "\t\ttype filter hook input priority filter; policy drop;",
+        "",
+        '\t\tiif "lo" accept comment "loopback, also a node\'s traffic to its own address"',
+        '\t\tct state invalid drop comment "packets of no known connection"',
+        '\t\tct state established,related accept comment "replies, and the SSH session of the deploy"',
+        '\t\tmeta l4proto icmp accept comment "ICMP: ping, path MTU discovery"',
+        '\t\tmeta l4proto ipv6-icmp accept comment "ICMPv6: neighbour discovery, path MTU discovery"',
+        '\t\tip6 saddr fe80::/10 udp sport 547 udp dport 546 accept comment "DHCPv6 replies"',
+    ]
+    if admin_cidrs:
+        lines += [
+            f'\t\tip saddr @admins_v4 tcp dport {ssh} accept comment "SSH from the admins"',
+            f'\t\tip6 saddr @admins_v6 tcp dport {ssh} accept comment "SSH from the admins"',
+        ]
+    else:
+        lines.append(f'\t\ttcp dport {ssh} accept comment "SSH from anywhere: firewall_admin_cidrs is empty"')
+    lines += [
+        '\t\tip saddr @members_v4 tcp dport @ray_ports accept comment "Ray from the members"',
+        '\t\tip6 saddr @members_v6 tcp dport @ray_ports accept comment "Ray from the members"',
+    ]
+    if dashboard_open:
+        lines += [
+            f'\t\tip saddr @admins_v4 tcp dport {dashboard} accept comment "Ray dashboard from the admins"',
+            f'\t\tip6 saddr @admins_v6 tcp dport {dashboard} accept comment "Ray dashboard from the admins"',
+        ]
+    if extra:
+        extra_ports = ports_match(extra_tcp_ports)
+        lines.append(f'\t\ttcp dport {extra_ports} accept comment "firewall_extra_tcp_ports, from anywhere"')
+    lines += ["\t}", "}", ""]
+    return "\n".join(lines)
+
+
+def unit_text() -> str:
+    """rayrig-firewall.service: loads the ruleset at boot, before the network is up."""
+    return f"""[Unit]
+Description=rayrig's inbound firewall (nftables table inet rayrig)
+Documentation=file:{RULESET_PATH}
+DefaultDependencies=no
+Wants=network-pre.target
+Before=network-pre.target shutdown.target
+After=nftables.service
+Conflicts=shutdown.target
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart={NFT} -f {RULESET_PATH}
+ExecReload={NFT} -f {RULESET_PATH}
+ExecStop=-{NFT} delete table {TABLE}
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+
+def check_command(path: str = RULESET_PATH) -> str:
+    """``nft -c -f``: a ruleset the kernel would refuse is not left behind to be loaded at boot."""
+    quoted = shlex.quote(path)
+    return f"nft -c -f {quoted} || {{ rm -f {quoted}; exit 1; }}"
+
+
+def conflict_message(host_name: str, others: Mapping[str, str], ray_ports: Mapping[str, int]) -> str:
+    """The error for a host where another firewall manages inbound traffic."""
+    found = " and ".join(f"{name} is {state}" for name, state in sorted(others.items()))
+    turn_off = "; ".join(f"`{OTHER_FIREWALLS.get(name, name)}`" for name in sorted(others))
+    ports = ", ".join(p for p, _n in ray_member_ports(ray_ports, dashboard_open=False))
+    return (
+        f"host {host_name}: {found}, and rayrig manages this host's firewall (firewall_enabled = True): "
+        "two firewalls would fight over the same traffic. Either turn it off "
+        f"({turn_off}) and run the deploy again, or set firewall_enabled = False for this host and "
+        f"open Ray's ports (ray_ports: TCP {ports}) to the cluster's nodes yourself. "
+        "Nothing was changed on any host."
+    )
+
+
+# --- The cluster's members ------------------------------------------------------------------------
+
+#: Per pyinfra run (held weakly, as deploy.facts does): the members' addresses, resolved once.
+_MEMBERS: weakref.WeakKeyDictionary[Any, list[str]] = weakref.WeakKeyDictionary()
+
+
+def resolve_address(address: str, host_name: str) -> list[str]:
+    """The IP addresses of a node address: itself when it is one, else what it resolves to here."""
+    parsed = parse_address(address)
+    if parsed is not None:
+        return [str(parsed)]
+    try:
+        infos = socket.getaddrinfo(address, None, proto=socket.IPPROTO_TCP)
+    except (socket.gaierror, UnicodeError) as error:
+        reason = getattr(error, "strerror", None) or str(error)
+        raise UnresolvableNode(
+            f"host {host_name}: its node address {address!r} (ray_node_ip, else ssh_hostname, else the "
+            f"inventory name) does not resolve to an IP address on this machine ({reason}): expected a name "
+            "that resolves, as the firewall admits the cluster's members by address. Set ray_node_ip to the "
+            "host's IP address, or set firewall_enabled = False. Nothing was changed on any host."
+        ) from error
+    found = {parse_address(str(info[4][0])) for info in infos}
+    return [str(a) for a in sorted((a for a in found if a), key=_address_key)]
+
+
+def member_addresses(hosts: Iterable[Any]) -> list[str]:
+    """Every IP address of the given inventory hosts' node addresses, sorted."""
+    found = {parse_address(a) for h in hosts for a in resolve_address(node_address(h), h.name)}
+    return [str(a) for a in sorted((a for a in found if a), key=_address_key)]
+
+
+def cluster_members() -> list[str]:
+    """The current inventory's member addresses (resolved once per deploy run)."""
+    if host.state not in _MEMBERS:
+        _MEMBERS[host.state] = member_addresses(inventory)
+    return _MEMBERS[host.state]
+
+
+def ssh_ports(data: Mapping[str, Any], source: Mapping[str, Any] | None) -> list[int]:
+    """SSH's ports: ``ssh_port`` (default 22) and the one the deploy is connected to."""
+    ports = {int(data.get("ssh_port") or 22)}
+    if source and source.get("port"):
+        ports.add(int(source["port"]))
+    return sorted(ports)
+
+
+def host_ruleset(current_host: Any, members: list[str], source: Mapping[str, Any] | None) -> str:
+    """The ruleset of a host from its settings, the cluster's members and the deploy's source."""
+    settings = host_settings(current_host)
+    return render_ruleset(
+        ray_ports=settings["ray_ports"],
+        members=members,
+        admin_cidrs=settings["firewall_admin_cidrs"],
+        extra_tcp_ports=settings["firewall_extra_tcp_ports"],
+        ssh_ports=ssh_ports(host_data(current_host), source),
+        dashboard_host=settings["ray_dashboard_host"],
+        deploy_source=source["address"] if source else None,
+        nfs_server=serves_nfs(settings, current_host.name),
+    )
+
+
+# --- Steps ----------------------------------------------------------------------------------------
+
+
+def _remove() -> None:
+    """Take away what an earlier deploy put there; plan nothing where there is nothing."""
+    loaded = TABLE in fact(host, NftTables)
+    unit = fact(host, File, UNIT_PATH)
+    ruleset = fact(host, File, RULESET_PATH)
+    if loaded:
+        server.shell(name="Delete rayrig's nftables table", commands=[f"nft delete table {TABLE}"])
+    if unit:
+        systemd.service(name=f"Stop and disable {UNIT}", service=UNIT, running=False, enabled=False)
+        removed = files.file(name=f"Remove the {UNIT} unit", path=UNIT_PATH, present=False)
+        systemd.daemon_reload(name="Reload systemd units without rayrig's firewall", _if=removed.did_change)
+    if ruleset:
+        files.file(name="Remove rayrig's nftables ruleset", path=RULESET_PATH, present=False)
+
+
+@deploy("Firewall")
+def firewall() -> None:
+    settings = host_settings(host)
+    if not settings["firewall_enabled"]:
+        _remove()
+        return
+
+    others = fact(host, OtherFirewalls)
+    if others:
+        raise FirewallConflict(conflict_message(host.name, others, settings["ray_ports"]))
+    # Without sudo: sudo clears $SSH_CONNECTION.
+    source = host.get_fact(DeploySource, _sudo=False)
+    ruleset = host_ruleset(host, cluster_members(), source)
+
+    install_packages(["nftables"], "Install nftables")
+    rules = files.put(name="Install rayrig's nftables ruleset", src=StringIO(ruleset), dest=RULESET_PATH, mode="644")
+    # Load when the file changed, or when the table is not there (a reboot without the unit, a flush).
+    when = {"_if": rules.did_change} if TABLE in fact(host, NftTables) else {}
+    server.shell(name="Check rayrig's nftables ruleset", commands=[check_command()], **when)
+    server.shell(name="Load rayrig's nftables ruleset", commands=[f"nft -f {shlex.quote(RULESET_PATH)}"], **when)
+
+    unit = files.put(name=f"Install the {UNIT} unit", src=StringIO(unit_text()), dest=UNIT_PATH, mode="644")
+    systemd.daemon_reload(name="Reload systemd units for rayrig's firewall", _if=unit.did_change)
+    systemd.service(name=f"Enable {UNIT} (loads the ruleset at boot)", service=UNIT, running=True, enabled=True)

@@ -41,7 +41,7 @@ def lab_summary(name: str) -> str:
     head = next(h for h in state["hosts"] if h["role"] == "head")
     target = remote.SshTarget(head["address"], state["ssh_user"], Path(state["ssh_key"]), Path(state["known_hosts"]))
     status, output = remote.run(target, "sudo docker exec ray-node ray status", timeout=120)
-    tunnel = " ".join(target.ssh_command("-N", "-L", "8265:127.0.0.1:8265"))
+    lab_env = "" if name == local.DEFAULT_NAME else f"RAYRIG_LAB={name} "
     checks = latest_checks(name)
     lines = [
         "",
@@ -51,8 +51,7 @@ def lab_summary(name: str) -> str:
         checks,
         "",
         "Next:",
-        f"  dashboard:  {tunnel}",
-        "              then open http://127.0.0.1:8265",
+        f"  dashboard:  {lab_env}rayrig dashboard inventories/lab.py   (an SSH tunnel; it prints the URL)",
         f"  a shell:    {' '.join(target.ssh_command())}",
         f"  tear down:  make lab-down   (or: rayrig lab down --name {name})",
     ]

@@ -504,6 +504,7 @@ def save_state(spec: ClusterSpec, ssh_user: str) -> Path:
         "bastion_ssh_key": str(spec.network.bastion_ssh_key) if spec.network.bastion_ssh_key else None,
         "host_data": spec.host_data,
         "group_host_data": {g.name: g.host_data for g in spec.groups},
+        "admin_cidrs": list(spec.admin_cidrs),
     }
     path.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     (folder / "current").write_text(spec.name + "\n", encoding="utf-8")
@@ -1712,11 +1713,13 @@ def cluster_hosts(name: str | None = None, region: str | None = None) -> tuple[H
         bastion, bastion_key = spec.network.bastion, spec.network.bastion_ssh_key
         key = spec.ssh_private_key
         shared, per_group = spec.host_data, {g.name: g.host_data for g in spec.groups}
+        admins = list(spec.admin_cidrs)
     else:
         public = state.get("public_ips", True)
         bastion, bastion_key = state.get("bastion"), state.get("bastion_ssh_key")
         key = state.get("ssh_private_key")
         shared, per_group = state.get("host_data", {}), state.get("group_host_data", {})
+        admins = state.get("admin_cidrs", [])
 
     def order(i: Mapping[str, Any]) -> tuple[str, str]:
         return (_tags(i).get(TAG_GROUP, ""), i.get("PrivateIpAddress", ""))
@@ -1728,6 +1731,9 @@ def cluster_hosts(name: str | None = None, region: str | None = None) -> tuple[H
         role = tags.get(TAG_ROLE, "worker")
         gpus = gpus_of(instance["InstanceType"], type_info.get(instance["InstanceType"]))
         data: dict[str, Any] = {
+            # The cluster's own token, and SSH for the spec's admins only (the security group agrees).
+            "ray_cluster_name": name,
+            "firewall_admin_cidrs": admins,
             **shared,
             **per_group.get(tags.get(TAG_GROUP, ""), {}),
             "ray_role": role,

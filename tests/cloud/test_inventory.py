@@ -73,6 +73,8 @@ def test_inventory_yields_one_head_and_the_workers(
     assert head["ray_image"] == "registry.example.com/ray:2.60.0-gpu"  # the spec's host_data
     assert head["ray_version"] == "2.60.0"  # group_data/all.py still applies
     assert head["ray_resources"] == {}  # the default: the worker group's resources stay on the workers
+    assert head["ray_cluster_name"] == load_spec(write_spec()).name  # a token of the cluster's own
+    assert head["firewall_admin_cidrs"] == list(load_spec(write_spec()).admin_cidrs)
     for worker in (w["data"] for w in workers):
         assert worker["ray_role"] == "worker" and role_of[worker["ray_node_ip"]] == "worker"
         assert worker["ray_num_gpus"] == 4  # g5.12xlarge

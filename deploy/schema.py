@@ -45,7 +45,18 @@ _TCP_PORTS = {
     },
     "x-expected": 'a list of ports 1-65535 or "first-last" ranges',
 }
-_MOUNT_EXPECTED = "an absolute path of letters, digits, _ . - such as /mnt/shared"
+
+
+def _null_or_strings(keys: tuple[str, ...], expected: str) -> dict[str, Any]:
+    """null, or a mapping of exactly ``keys`` to non-empty strings (credentials)."""
+    strings = {
+        "type": "object",
+        "properties": {key: {"type": "string", "minLength": 1} for key in keys},
+        "required": list(keys),
+        "additionalProperties": False,
+    }
+    return {"oneOf": [{"type": "null"}, strings], "x-expected": expected}
+
 
 PORT_NAMES = (
     "gcs", "client_server", "dashboard", "dashboard_agent_grpc", "dashboard_agent_http",
@@ -185,21 +196,9 @@ PROPERTIES: dict[str, dict[str, Any]] = {
             '"endpoint_url", "path_style", "region", "driver" ("s3fs" or "mountpoint-s3")}'
         ),
     },
-    "storage_s3_credentials": {
-        "oneOf": [
-            {"type": "null"},
-            {
-                "type": "object",
-                "properties": {
-                    "access_key_id": {"type": "string", "minLength": 1},
-                    "secret_access_key": {"type": "string", "minLength": 1},
-                },
-                "required": ["access_key_id", "secret_access_key"],
-                "additionalProperties": False,
-            },
-        ],
-        "x-expected": "null (the EC2 instance profile) or {access_key_id, secret_access_key}",
-    },
+    "storage_s3_credentials": _null_or_strings(
+        ("access_key_id", "secret_access_key"), "null (the EC2 instance profile) or {access_key_id, secret_access_key}"
+    ),
     "docker_source": {"enum": ["distro", "docker"], "x-expected": '"distro" or "docker"'},
     "docker_repo_url": {
         "type": "string",
@@ -218,22 +217,9 @@ PROPERTIES: dict[str, dict[str, Any]] = {
         "x-expected": "a mapping of json-file log options to strings",
     },
     "docker_daemon_options": {"type": "object", "x-expected": "a mapping of daemon.json keys"},
-    "docker_registry_auth": {
-        "oneOf": [
-            {"type": "null"},
-            {
-                "type": "object",
-                "properties": {
-                    "registry": {"type": "string", "minLength": 1},
-                    "username": {"type": "string", "minLength": 1},
-                    "password": {"type": "string", "minLength": 1},
-                },
-                "required": ["registry", "username", "password"],
-                "additionalProperties": False,
-            },
-        ],
-        "x-expected": "null or {registry, username, password}",
-    },
+    "docker_registry_auth": _null_or_strings(
+        ("registry", "username", "password"), "null or {registry, username, password}"
+    ),
     "nvidia_driver": {"enum": ["preinstalled", "install"], "x-expected": '"preinstalled" or "install"'},
     "nvidia_driver_branch": {
         "type": "string",

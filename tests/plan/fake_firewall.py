@@ -25,23 +25,15 @@ Options:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from deploy import firewall, settings
+from tests.plan.fakestep import FakeState
 
 #: The operator's address the fake hosts see the deploy connect from (TEST-NET-2).
 DEPLOY_SOURCE = "198.51.100.7"
 #: What Docker (iptables-nft) loads on a host where it runs.
 DOCKER_TABLES = ("table ip nat", "table ip filter", "table ip6 nat", "table ip6 filter")
-
-
-@dataclass
-class FakeState:
-    files: dict[str, tuple[str, int]] = field(default_factory=dict)  # path -> (content, mode)
-    dirs: dict[str, int] = field(default_factory=dict)  # path -> mode
-    packages: tuple[str, ...] = ()  # installed package names
-    responses: dict[str, Any] = field(default_factory=dict)  # fact command substring -> output lines
 
 
 def expected_ruleset(

@@ -25,22 +25,14 @@ import hashlib
 import re
 import shlex
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from deploy import settings, storage
+from tests.plan.fakestep import FakeState
 
 #: The systems whose /etc/os-release says "amzn": no s3fs package there.
 NO_S3FS = ("al2023",)
 APT = ("ubuntu22", "ubuntu24", "debian12")
-
-
-@dataclass
-class FakeState:
-    files: dict[str, tuple[str, int]] = field(default_factory=dict)  # path -> (content, mode)
-    dirs: dict[str, int] = field(default_factory=dict)  # path -> mode
-    packages: tuple[str, ...] = ()  # installed package names
-    responses: dict[str, Any] = field(default_factory=dict)  # fact command substring -> output lines
 
 
 def server_address(name: str, members: Sequence[str], servers: Mapping[str, str]) -> str:

@@ -287,13 +287,15 @@ def render_ruleset(
     dashboard_host: str = "127.0.0.1",
     deploy_source: str | None = None,
     nfs_server: bool = False,
+    members_all_ports: bool = True,
 ) -> str:
     """The nftables file of one host: rayrig's table, replaced in one transaction when loaded.
 
     ``members`` are the cluster's IP addresses; ``admin_cidrs`` who administers it
     (``firewall_admin_cidrs``), joined by ``deploy_source``, the address the deploy
     connects from. ``nfs_server``: the host serves NFS (``storage_nfs_server``), so
-    the members also reach TCP 2049. The output depends only on the arguments'
+    the members also reach TCP 2049. ``members_all_ports``: the members reach every
+    port (``firewall_members_all_ports``). The output depends only on the arguments'
     values, never on their order, so that a re-run with the same data rewrites nothing.
 
     >>> ports = {"gcs": 7000, "dashboard": 7001, "worker_min": 7100, "worker_max": 7199}
@@ -325,6 +327,11 @@ def render_ruleset(
     else:
         open_to.append(f"SSH (TCP {ssh_listed}) from anywhere, as firewall_admin_cidrs is empty;")
     open_to.append("Ray's ports (ray_ports) from the cluster's members;")
+    if members_all_ports:
+        open_to.append(
+            "every other port from the members too (firewall_members_all_ports): torch.distributed's "
+            "gloo and NCCL listen on ports no one can pin;"
+        )
     if nfs_server:
         open_to.append(f"NFS (TCP {NFS_PORT}) from the cluster's members, as this host serves storage_nfs_exports;")
     if dashboard_open:
@@ -389,6 +396,11 @@ def render_ruleset(
         '\t\tip saddr @members_v4 tcp dport @ray_ports accept comment "Ray from the members"',
         '\t\tip6 saddr @members_v6 tcp dport @ray_ports accept comment "Ray from the members"',
     ]
+    if members_all_ports:
+        lines += [
+            '\t\tip saddr @members_v4 accept comment "the rest from the members: gloo and NCCL use ephemeral ports"',
+            '\t\tip6 saddr @members_v6 accept comment "the rest from the members: gloo and NCCL use ephemeral ports"',
+        ]
     if dashboard_open:
         lines += [
             f'\t\tip saddr @admins_v4 tcp dport {dashboard} accept comment "Ray dashboard from the admins"',
@@ -502,6 +514,7 @@ def host_ruleset(current_host: Any, members: list[str], source: Mapping[str, Any
         dashboard_host=settings["ray_dashboard_host"],
         deploy_source=source["address"] if source else None,
         nfs_server=serves_nfs(settings, current_host.name),
+        members_all_ports=settings["firewall_members_all_ports"],
     )
 
 

@@ -135,6 +135,7 @@ PROPERTIES: dict[str, dict[str, Any]] = {
         "x-expected": "null or the path of the token file on the operator's machine",
     },
     "firewall_enabled": {"type": "boolean", "x-expected": "true or false"},
+    "firewall_members_all_ports": {"type": "boolean", "x-expected": "true or false"},
     "firewall_admin_cidrs": {
         "type": "array",
         "items": {"type": "string", "minLength": 1},

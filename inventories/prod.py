@@ -17,6 +17,15 @@ _common = {
     "_sudo": True,  # operations run through sudo
     "ray_image": "registry.lab.example:5000/ml/ray-torch:2.60.0-cu128",  # built with `rayrig image build --push`
     "docker_registry_mirrors": [],  # e.g. ["https://mirror.lab.example"]
+    "ray_cluster_name": "gpu-lab",  # names the cluster's Ray token (.rayrig/clusters/gpu-lab/) and its reports
+    "firewall_admin_cidrs": ["192.0.2.0/28"],  # the admins' network: SSH from there (and from the deploy) only
+    # Shared storage, at the same path on every host and in every Ray container:
+    "storage_nfs_server": "gpu-head.lab.example",  # the head exports /srv/shared to the cluster
+    "storage_nfs_exports": [{"path": "/srv/shared"}],
+    "storage_nfs_mounts": [{"server": "gpu-head.lab.example", "export": "/srv/shared", "path": "/mnt/shared"}],
+    "storage_s3_mounts": [],  # e.g. [{"bucket": "datasets", "path": "/mnt/datasets", "read_only": True,
+    #                                  "endpoint_url": "https://minio.lab.example:9000", "path_style": True}]
+    "storage_s3_credentials": None,  # {"access_key_id": ..., "secret_access_key": ...}: keep it out of git
 }
 
 heads = [

@@ -31,5 +31,3 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.write_line(
             f"{tier:8s} {_TIER_COUNTS[tier]:4d} tests {_TIER_SECONDS[tier]:8.1f} s (set-up and tear-down included)"
         )
-
-

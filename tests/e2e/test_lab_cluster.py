@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import textwrap
@@ -20,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from cloud import local
+from deploy import auth, settings
 from rayrig import remote
 from rayrig.paths import repo_root
 
@@ -212,6 +214,125 @@ def test_checks_pass_at_the_end_of_the_deploy(lab, first_deploy):
     assert set(report["preflight"]) == {h["address"] for h in lab.hosts}
 
 
+# --- Security: the firewall, token authentication, the dashboard tunnel -------------------------
+
+
+def outsider_probe(lab: Lab, targets: list[tuple[str, int]]) -> dict[str, bool]:
+    """Which ``address:port`` a container on the lab network, not in the inventory, can connect to."""
+    probes = " ".join(
+        f"(timeout 3 bash -c 'exec 3<>/dev/tcp/{a}/{p}' 2>/dev/null && echo OPEN {a}:{p} || echo SHUT {a}:{p}) &"
+        for a, p in targets
+    )
+    result = subprocess.run(
+        ["docker", "run", "--rm", "--network", lab.state["network"], local.BASE_IMAGE, "bash", "-c", probes + " wait"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    found = dict(reversed(line.split()) for line in result.stdout.splitlines() if line.strip())
+    return {target: status == "OPEN" for target, status in found.items()}
+
+
+def member_can_connect(lab: Lab, member: dict, address: str, port: int) -> bool:
+    command = f"timeout 3 bash -c 'exec 3<>/dev/tcp/{address}/{port}' && echo OPEN || echo SHUT"
+    return lab.sh(member, command).strip().endswith("OPEN")
+
+
+def ray_ports() -> dict[str, int]:
+    return settings.defaults()["ray_ports"]
+
+
+def test_the_firewall_admits_only_the_clusters_members(lab, first_deploy):
+    ports = ray_ports()
+    head, worker = lab.head["address"], lab.workers[0]["address"]
+    closed = [
+        (head, ports[n]) for n in ("gcs", "client_server", "dashboard", "dashboard_agent_grpc", "dashboard_agent_http")
+    ]
+    closed += [(worker, ports[n]) for n in ("node_manager", "object_manager")]
+    seen = outsider_probe(lab, [*closed, (head, 22)])
+    assert {t: seen[f"{t[0]}:{t[1]}"] for t in closed} == {t: False for t in closed}
+    assert seen[f"{head}:22"], "SSH is open to anyone while firewall_admin_cidrs is empty"
+    # The same ports answer a member: the firewall, not an idle port, keeps the outsider out.
+    assert member_can_connect(lab, lab.workers[1], head, ports["gcs"])
+    assert member_can_connect(lab, lab.workers[1], head, ports["client_server"])
+    assert member_can_connect(lab, lab.head, worker, ports["node_manager"])
+    assert member_can_connect(lab, lab.head, worker, ports["object_manager"])
+    ruleset = lab.sh(lab.head, "sudo nft list table inet rayrig")
+    assert "policy drop" in ruleset
+
+
+RAY_STATUS = "sudo docker run --rm --network=host {env} {image} timeout 60 ray status --address {head}:{port}"
+
+
+def test_ray_refuses_a_client_without_the_token_and_admits_one_with_it(lab, first_deploy):
+    worker = lab.workers[0]
+    command = RAY_STATUS.format(
+        image=lab.state["image"], head=lab.head["address"], port=ray_ports()["gcs"], env="{env}"
+    )
+    for env in ("", "-e RAY_AUTH_MODE=token -e RAY_AUTH_TOKEN=not-the-cluster-token"):
+        status, output = remote.run(lab.target(worker), command.format(env=env), timeout=120)
+        assert status != 0 and "InvalidAuthToken" in output, output[-2000:]
+    token_mount = f"--mount type=bind,src={auth.NODE_TOKEN_PATH},dst=/token,readonly"
+    with_token = f"-e RAY_AUTH_MODE=token -e RAY_AUTH_TOKEN_PATH=/token {token_mount}"
+    output = lab.sh(worker, command.format(env=with_token), timeout=120)
+    assert output.count("node_") >= HOSTS, output[-2000:]
+
+
+def cluster_token() -> str:
+    return auth.read_token(auth.token_path(settings.merge({"ray_cluster_name": LAB})))
+
+
+def test_the_token_is_0600_and_appears_in_no_output_inspect_process_list_or_log(lab, first_deploy):
+    token = cluster_token()
+    local_copy = auth.token_path(settings.merge({"ray_cluster_name": LAB}))
+    assert oct(local_copy.stat().st_mode & 0o777) == "0o600"
+    assert token not in first_deploy.stdout + first_deploy.stderr
+    for h in lab.hosts:
+        assert lab.sh(h, f"sudo stat -c %a {auth.NODE_TOKEN_PATH}").strip() == "600"
+        seen = lab.sh(
+            h,
+            "{ sudo docker inspect ray-node; ps -eo args; sudo docker logs ray-node 2>&1; "
+            "sudo journalctl --no-pager -u ray-node; "
+            "sudo docker exec ray-node sh -c 'cat /tmp/ray/session_latest/logs/*'; "
+            "} 2>&1",
+            timeout=120,
+        )
+        assert len(seen) > 10_000, "too little was looked at"
+        assert token not in seen, f"the token leaked on {h['address']}"
+
+
+def test_rayrig_dashboard_tunnels_to_the_heads_dashboard(lab, first_deploy):
+    import urllib.error
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "rayrig", "dashboard", "inventories/lab.py", "--local-port", str(port)],
+        cwd=repo_root(),
+        env={**os.environ, "RAYRIG_LAB": LAB},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        first = process.stdout.readline()
+        assert first.strip() == f'Dashboard of cluster "{LAB}": http://127.0.0.1:{port}', first
+        url = f"http://127.0.0.1:{port}/api/version"
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(url, timeout=30)
+        assert refused.value.code == 401
+        request = urllib.request.Request(url, headers={"Authorization": f"Bearer {cluster_token()}"})
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            assert json.loads(answer.read())["ray_version"] == lab.state["ray_version"]
+    finally:
+        process.terminate()
+        rest = process.communicate(timeout=30)[0]
+    assert cluster_token() not in first + rest
+
+
 def test_a_slow_node_is_named_by_the_checks(lab, first_deploy):
     slow = lab.workers[0]
     # A tenth of a CPU for the worker's Ray container: its matmul rate drops far below its peers'.
@@ -292,6 +413,129 @@ def test_killed_worker_container_comes_back_and_rejoins(lab, first_deploy):
     print(f"worker rejoined {time.monotonic() - killed_at:.1f} s after docker kill")
     assert rejoined, "the killed worker did not come back within 60 s"
     assert lab.container_id(worker) == old  # the same container, started again
+
+
+# --- Shared storage through S3, with SSH closed to all but the admins ------------------------------
+
+BUCKET = "rayrig-e2e"
+S3_SECRET = "e2e-Secret-Key-do-not-print"
+
+
+@pytest.fixture(scope="module")
+def s3(lab):
+    """moto's S3 server on the lab network's gateway (this machine), with one bucket."""
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    gateway = lab.state["gateway"]
+    with socket.socket() as probe:
+        probe.bind((gateway, 0))
+        port = probe.getsockname()[1]
+    server = ThreadedMotoServer(ip_address=gateway, port=port, verbose=False)
+    server.start()
+    url = f"http://{gateway}:{port}"
+    client = boto3.client(
+        "s3", endpoint_url=url, region_name="us-east-1", aws_access_key_id="e2e", aws_secret_access_key=S3_SECRET
+    )
+    client.create_bucket(Bucket=BUCKET)
+    try:
+        yield url
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def secured(lab, s3, tmp_path_factory):
+    """An inventory of the lab with SSH for admins only and the bucket mounted at /mnt/datasets."""
+    extra = {
+        "firewall_admin_cidrs": ["192.0.2.0/24"],  # nobody here: only the deploy's own address keeps SSH
+        "storage_s3_mounts": [
+            {"bucket": BUCKET, "path": "/mnt/datasets", "endpoint_url": s3, "path_style": True, "region": "us-east-1"}
+        ],
+        "storage_s3_credentials": {"access_key_id": "e2e", "secret_access_key": S3_SECRET},
+    }
+    inventory = tmp_path_factory.mktemp("secured") / "secured.py"
+    inventory.write_text(
+        textwrap.dedent(
+            f"""
+            import runpy
+            lab = runpy.run_path({str(repo_root() / "inventories" / "lab.py")!r})
+            extra = {extra!r}
+            heads = [(name, {{**data, **extra}}) for name, data in lab["heads"]]
+            workers = [(name, {{**data, **extra}}) for name, data in lab["workers"]]
+            """
+        )
+    )
+    result = deploy(inventory)
+    assert result.returncode == 0, "the deploy with admin CIDRs and the S3 mount failed"
+    return inventory, result
+
+
+def test_with_admin_cidrs_ssh_is_closed_to_others_and_the_deploy_kept_its_session(lab, secured):
+    head = lab.head["address"]
+    seen = outsider_probe(lab, [(head, 22), (head, ray_ports()["gcs"])])
+    assert seen == {f"{head}:22": False, f"{head}:{ray_ports()['gcs']}": False}
+    assert lab.sh(lab.head, "echo still-in").strip() == "still-in"  # from the deploy's address
+
+
+READ_IN_A_TASK = """
+import json, ray
+ray.init(address="auto", logging_level="ERROR")
+
+@ray.remote(num_cpus=0)
+def read(path):
+    with open(path) as f:
+        return ray.util.get_node_ip_address(), f.read()
+
+print("RESULT", json.dumps(ray.get(read.options(resources={{"node:{ip}": 0.01}}).remote({path!r}), timeout=120)))
+"""
+
+
+def test_a_file_written_on_one_worker_is_read_on_the_other_and_in_a_ray_task_on_the_head(lab, secured):
+    writer, reader = lab.workers[0], lab.workers[1]
+    name = f"/mnt/datasets/e2e-{os.getpid()}-{int(time.time())}.txt"
+    content = f"written on {writer['address']}"
+    lab.sh(writer, f"echo -n {content!r} | sudo tee {name} >/dev/null")
+    deadline = time.monotonic() + 60
+    while True:
+        status, output = remote.run(lab.target(reader), f"sudo cat {name}")
+        if status == 0 or time.monotonic() > deadline:
+            break
+        time.sleep(2)
+    assert (status, output) == (0, content)
+    node, text = lab.ray_python(READ_IN_A_TASK.format(ip=lab.head["address"], path=name))
+    assert (node, text) == (lab.head["address"], content)
+    lab.sh(writer, f"sudo rm -f {name}")
+
+
+def test_the_s3_credentials_are_0600_and_printed_nowhere(lab, secured):
+    _inventory, result = secured
+    output = result.stdout + result.stderr
+    assert S3_SECRET not in output
+    for h in lab.hosts:
+        modes = lab.sh(h, "sudo find /etc/rayrig/s3 -type f -printf '%m\\n'").split()
+        assert modes and set(modes) == {"600"}, modes
+        assert S3_SECRET not in lab.sh(h, "{ ps -eo args; sudo docker inspect ray-node; mount; } 2>&1")
+
+
+def test_the_checks_make_a_round_trip_through_the_mount(lab, secured):
+    _inventory, result = secured
+    output = result.stdout + result.stderr
+    report = json.loads(report_paths(output)[0].read_text())
+    assert report["verdict"]["status"] == "PASS", report["verdict"]
+    [mount] = report["storage"]["mounts"]
+    assert mount["path"] == "/mnt/datasets" and mount["ok"], mount
+    assert sorted(mount["nodes_with_mount"]) == sorted(h["address"] for h in lab.hosts)
+
+
+def test_a_rerun_of_the_secured_inventory_changes_nothing(lab, secured):
+    inventory, _result = secured
+    before = {h["address"]: lab.container_id(h) for h in lab.hosts}
+    result = deploy(inventory, "--data", "checks_enabled=False")
+    assert result.returncode == 0
+    changes = changed_operations(result.stdout + result.stderr)
+    assert all(n == 0 for n in changes.values()), changes
+    assert {h["address"]: lab.container_id(h) for h in lab.hosts} == before
 
 
 def test_lab_down_leaves_nothing(lab):

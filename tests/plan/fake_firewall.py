@@ -55,6 +55,7 @@ def expected_ruleset(
         dashboard_host=s["ray_dashboard_host"],
         deploy_source=deploy_source,
         nfs_server=nfs_server,
+        members_all_ports=s["firewall_members_all_ports"],
     )
 
 

@@ -79,6 +79,13 @@ SCENARIOS = {
         "deploy_source": SOURCE,
         "nfs_server": True,
     },
+    # Members reach Ray's ports and nothing else (firewall_members_all_ports = False).
+    "ray-ports-only": {
+        "ray_ports": PORTS,
+        "members": ["10.0.0.1", "10.0.0.2", "10.0.0.3"],
+        "deploy_source": SOURCE,
+        "members_all_ports": False,
+    },
     # One node, deployed locally (no SSH source), with its own ports.
     "one-node": {"ray_ports": CUSTOM_PORTS, "members": ["10.0.0.1"], "dashboard_host": "localhost"},
 }
@@ -206,6 +213,18 @@ def test_an_nfs_server_admits_nfs_from_the_members_only():
     assert "2049" in set_elements(text, "ray_ports")
     assert "2049" not in set_elements(rendered("default-3-node"), "ray_ports")
     assert not any("dport 2049" in r for r in rules(text))
+
+
+def test_members_reach_every_port_unless_the_data_says_ray_ports_only():
+    everything = [
+        r
+        for r in rules(rendered("default-3-node"))
+        if r.startswith(("ip saddr @members_v4 accept", "ip6 saddr @members_v6 accept"))
+    ]
+    assert len(everything) == 2
+    narrow = rules(rendered("ray-ports-only"))
+    assert not [r for r in narrow if "@members" in r and "dport" not in r]
+    assert [r for r in narrow if "@members_v4 tcp dport @ray_ports" in r]
 
 
 def test_ports_come_from_ray_ports_only():

@@ -154,8 +154,9 @@ def docker_run_args(
 
     ``token_digest`` (``auth.token_digest``) is set when Ray token authentication
     is on: the token file is mounted read-only, and a new token replaces the
-    container. Every shared-storage mount point is bind-mounted at its own path,
-    with slave propagation so that a remount on the host shows inside.
+    container. Every shared-storage mount point is bind-mounted at its own path
+    (the unit requires those mounts, so a remount restarts the container and it
+    sees the new one; no mount propagation is needed).
     """
     args = [
         "docker", "create",
@@ -171,7 +172,7 @@ def docker_run_args(
     if settings["ray_auth"] == "token":
         token = auth.NODE_TOKEN_PATH
         args += [f"--label={TOKEN_LABEL}={token_digest}", f"--mount=type=bind,src={token},dst={token},readonly"]
-    args += [f"--mount=type=bind,src={p},dst={p},bind-propagation=rslave" for p in mount_points(settings)]
+    args += [f"--mount=type=bind,src={p},dst={p}" for p in mount_points(settings)]
     if num_gpus > 0:
         args.append(gpus_option(settings.get("nvidia_visible_devices", "all")))
     return args + [settings["ray_image"], *start_args]
@@ -223,14 +224,20 @@ def desired_run_args(current_host: Any) -> tuple[str, list[str]]:
     return role, docker_run_args(settings, role, start, num_gpus, shm, nofile, digest)
 
 
-def unit_text(container: str) -> str:
-    """The systemd unit that supervises the container."""
+def unit_text(container: str, mounts: list[str] | tuple[str, ...] = ()) -> str:
+    """The systemd unit that supervises the container.
+
+    With shared ``mounts``, the unit requires them (``RequiresMountsFor``): Ray
+    starts only once they are mounted, and a remount restarts the container so
+    that its bind mounts show the new mount.
+    """
+    requires = f"RequiresMountsFor={' '.join(mounts)}\n" if mounts else ""
     return f"""[Unit]
 Description=Ray node in the {container} container (managed by rayrig)
 Requires=docker.service
 After=docker.service network-online.target remote-fs.target
 Wants=network-online.target
-
+{requires}
 [Service]
 ExecStart=/usr/bin/env docker start --attach {container}
 ExecStop=-/usr/bin/env docker exec {container} ray stop --grace-period 20
@@ -264,7 +271,7 @@ def ray_node() -> None:
 
     unit = files.put(
         name=f"Install the {name} systemd unit",
-        src=StringIO(unit_text(name)),
+        src=StringIO(unit_text(name, mount_points(settings))),
         dest=f"/etc/systemd/system/{name}.service",
         mode="644",
     )

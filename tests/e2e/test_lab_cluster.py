@@ -294,7 +294,7 @@ def test_the_token_is_0600_and_appears_in_no_output_inspect_process_list_or_log(
             h,
             "{ sudo docker inspect ray-node; ps -eo args; sudo docker logs ray-node 2>&1; "
             "sudo journalctl --no-pager -u ray-node; "
-            "sudo docker exec ray-node sh -c 'cat /tmp/ray/session_latest/logs/*'; "
+            "sudo docker exec ray-node find /tmp/ray/session_latest/logs -type f -exec cat {} +; "
             "} 2>&1",
             timeout=120,
         )

@@ -315,7 +315,7 @@ def expected_files(
     if gpus:
         files.update(nvidia_files(os_name, data, driver, nvswitches))
     name = s["ray_container_name"]
-    files[f"/etc/systemd/system/{name}.service"] = (ray_node.unit_text(name), 644)
+    files[f"/etc/systemd/system/{name}.service"] = (ray_node.unit_text(name, storage.mount_points(s)), 644)
     if s["ray_auth"] == "token":
         files[auth.NODE_TOKEN_PATH] = (auth.read_token(auth.ensure_token(s)) + "\n", 600)
     return files

@@ -411,3 +411,23 @@ def test_a_host_that_no_longer_serves_nfs_drops_rayrigs_exports():
         ]
     }
     assert run[HEAD].op("Remove rayrig's NFS exports").commands[0] == "rm -f /etc/exports.d/rayrig.exports"
+
+
+def test_ray_node_bind_mounts_every_mount_and_its_unit_requires_them():
+    data = {**NFS, **S3}
+    paths = [m["path"] for m in data["storage_nfs_mounts"]] + [m["path"] for m in data["storage_s3_mounts"]]
+    run = run_deploy(reference_cluster("ubuntu22", data=data))
+    for name in HOSTS:
+        create = run[name].docker_create()
+        assert [a for a in create if a.startswith("--mount=type=bind,src=/mnt")] == [
+            f"--mount=type=bind,src={p},dst={p}" for p in paths
+        ]
+        unit = run[name].uploads["/etc/systemd/system/ray-node.service"]
+        assert f"RequiresMountsFor={' '.join(paths)}\n" in unit
+
+
+def test_adding_a_mount_replaces_each_ray_node_container_once():
+    hosts = reference_cluster("debian12", "converged")
+    changed = run_deploy([(n, {**d, **S3}) for n, d in hosts]).changed_hosts
+    for name in HOSTS:
+        assert any("Start the Ray" in op for op in changed[name]), changed[name]

@@ -56,7 +56,7 @@ from pyinfra.operations import files, server, systemd
 
 from deploy.base import install_packages
 from deploy.facts import fact
-from deploy.settings import host_data, host_settings, node_address
+from deploy.settings import host_data, host_settings, is_loopback, node_address, parse_address
 from deploy.storage import NFS_PORT, serves_nfs
 
 TABLE = "inet rayrig"
@@ -160,33 +160,6 @@ class OtherFirewalls(FactBase):
 
 
 # --- Pure helpers ---------------------------------------------------------------------------------
-
-
-def parse_address(text: str) -> IPAddress | None:
-    """An IP address without its zone; an IPv4-mapped IPv6 address as IPv4. None if not an address.
-
-    >>> parse_address("::ffff:192.0.2.7"), parse_address("fe80::1%eth0"), parse_address("node-1")
-    (IPv4Address('192.0.2.7'), IPv6Address('fe80::1'), None)
-    """
-    try:
-        address = ipaddress.ip_address(text.split("%", 1)[0])
-    except ValueError:
-        return None
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped:
-        return address.ipv4_mapped
-    return address
-
-
-def is_loopback(address: str) -> bool:
-    """Whether a bind address is loopback only ("localhost", 127.0.0.0/8, ::1).
-
-    >>> is_loopback("127.0.0.1"), is_loopback("localhost"), is_loopback("0.0.0.0")
-    (True, True, False)
-    """
-    if address.strip().lower() == "localhost":
-        return True
-    parsed = parse_address(address.strip())
-    return bool(parsed and parsed.is_loopback)
 
 
 def port_ranges(ports: Iterable[int | str]) -> list[tuple[int, int]]:

@@ -430,15 +430,6 @@ def _firewall_problems(name: str, merged: Mapping[str, Any]) -> list[Problem]:
     return problems
 
 
-def _is_loopback(address: str) -> bool:
-    if address == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(address).is_loopback
-    except ValueError:
-        return False
-
-
 def validate_cluster(hosts: Iterable[tuple[str, Mapping[str, Any], str]]) -> list[Problem]:
     """Every problem with a cluster's inventory.
 
@@ -475,7 +466,7 @@ def validate_cluster(hosts: Iterable[tuple[str, Mapping[str, Any], str]]) -> lis
 
     if len(heads) == 1 and len(hosts) > 1:
         head_address = next(address for name, _d, address in hosts if name == heads[0])
-        if _is_loopback(head_address) or head_address.startswith("@"):
+        if settings.is_loopback(head_address) or head_address.startswith("@"):
             problems.append(
                 Problem(
                     heads[0],

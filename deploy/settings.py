@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import ipaddress
 import runpy
 from collections.abc import Mapping
 from pathlib import Path
@@ -75,3 +76,30 @@ def node_address(host: Any) -> str:
     """
     data = host_data(host)
     return str(data.get("ray_node_ip") or data.get("ssh_hostname") or host.name)
+
+
+def parse_address(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """An IP address without its zone; an IPv4-mapped IPv6 address as IPv4. None if not an address.
+
+    >>> parse_address("::ffff:192.0.2.7"), parse_address("fe80::1%eth0"), parse_address("node-1")
+    (IPv4Address('192.0.2.7'), IPv6Address('fe80::1'), None)
+    """
+    try:
+        address = ipaddress.ip_address(text.split("%", 1)[0])
+    except ValueError:
+        return None
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped:
+        return address.ipv4_mapped
+    return address
+
+
+def is_loopback(address: str) -> bool:
+    """Whether an address is loopback only ("localhost", 127.0.0.0/8, ::1, also zoned or IPv4-mapped).
+
+    >>> is_loopback("127.0.0.1"), is_loopback("localhost"), is_loopback("0.0.0.0")
+    (True, True, False)
+    """
+    if address.strip().lower() == "localhost":
+        return True
+    parsed = parse_address(address.strip())
+    return bool(parsed and parsed.is_loopback)

@@ -41,7 +41,6 @@ import fcntl
 import json
 import os
 import re
-import socket
 import sys
 import time
 import uuid
@@ -69,7 +68,9 @@ from botocore.exceptions import (
 
 from cloud import prices
 from cloud.spec import ClusterSpec, GroupSpec, SpecError, load_spec
-from rayrig.paths import state_dir
+from cloud.ssh import ssh_answers
+from deploy.paths import state_dir
+from deploy.ports import ray_port_ranges
 
 Progress = Callable[[str], None]
 Confirm = Callable[[str], bool]
@@ -343,24 +344,6 @@ def ray_ports(host_data: Mapping[str, Any] | None = None) -> dict[str, int]:
     return dict(merge(host_data or {})["ray_ports"])
 
 
-def ray_port_ranges(ports: Mapping[str, int]) -> list[tuple[int, int]]:
-    """The Ray ports as sorted, merged (first, last) ranges; the worker range is one range.
-
-    >>> ray_port_ranges({"gcs": 6379, "node_manager": 6380, "worker_min": 10002, "worker_max": 10999})
-    [(6379, 6380), (10002, 10999)]
-    """
-    spans = [(p, p) for k, p in ports.items() if k not in ("worker_min", "worker_max")]
-    if "worker_min" in ports and "worker_max" in ports:
-        spans.append((ports["worker_min"], ports["worker_max"]))
-    merged: list[tuple[int, int]] = []
-    for lo, hi in sorted(spans):
-        if merged and lo <= merged[-1][1] + 1:
-            merged[-1] = (merged[-1][0], max(hi, merged[-1][1]))
-        else:
-            merged.append((lo, hi))
-    return merged
-
-
 class Rule(NamedTuple):
     """One security group rule, normalised: direction, protocol, ports and one peer."""
 
@@ -448,17 +431,6 @@ def exposed_ray_ports(rules: Iterable[Rule], ports: Mapping[str, int]) -> list[s
 
 
 # --------------------------------------------------------------------------- SSH
-
-
-def ssh_answers(host: str, port: int = 22, timeout: float = 5.0) -> bool:
-    """Whether an SSH server answers at host:port: the connection opens and an ``SSH-`` banner arrives."""
-    try:
-        with socket.create_connection((host, port), timeout=timeout) as sock:
-            sock.settimeout(timeout)
-            banner = sock.recv(256)
-    except OSError:
-        return False
-    return banner.startswith(b"SSH-")
 
 
 def wait_for_ssh(

@@ -32,7 +32,6 @@ import ipaddress
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -43,8 +42,9 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from cloud.ssh import ssh_answers
+from deploy.paths import state_dir
 from rayrig import image as images
-from rayrig.paths import lab_dir, state_dir
 
 Progress = Callable[[str], None]
 
@@ -154,6 +154,13 @@ http:
 
 # --------------------------------------------------------------------------
 # Pure helpers (unit-tested)
+
+
+def lab_dir(name: str) -> Path:
+    """Return the directory of the local lab ``name`` (its key, known_hosts and state.json)."""
+    if not name or "/" in name or name in {".", ".."}:
+        raise ValueError(f"invalid lab name {name!r}: expected a plain name like 'rayrig-lab'")
+    return state_dir() / "labs" / name
 
 
 def lab_image_tag(ray_version: str = RAY_VERSION) -> str:
@@ -677,16 +684,6 @@ def _install_authorized_key(container: str, public_key: str) -> None:
     _docker("exec", "-i", container, "sh", "-c", script, "sh", SSH_USER, input_text=public_key)
 
 
-def ssh_banner(address: str, timeout: float = 2.0) -> bool:
-    """Return whether an SSH server answers on ``address``:22 (reads its banner)."""
-    try:
-        with socket.create_connection((address, 22), timeout=timeout) as sock:
-            sock.settimeout(timeout)
-            return sock.recv(64).startswith(b"SSH-")
-    except OSError:
-        return False
-
-
 def _wait(what: str, check: Callable[[], bool], timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while not check():
@@ -772,7 +769,8 @@ def _ensure_hosts(state: dict[str, Any], key: Path, log: Progress) -> None:
     for host in state["hosts"]:
         _install_authorized_key(host["container"], public_key)
     for host in state["hosts"]:
-        _wait(f"sshd on {host['name']} ({host['address']})", lambda a=host["address"]: ssh_banner(a), SSH_WAIT_S)
+        address = host["address"]
+        _wait(f"sshd on {host['name']} ({address})", lambda a=address: ssh_answers(a, timeout=2.0), SSH_WAIT_S)
     entries = [(h["address"], line) for h in state["hosts"] for line in _host_keys(h["container"])]
     if _write_if_changed(Path(state["known_hosts"]), known_hosts_text(entries)):
         log(f"known_hosts: pinned {len(entries)} host keys in {state['known_hosts']}")
@@ -864,7 +862,7 @@ def status(name: str = DEFAULT_NAME) -> str:
     for host in state["hosts"]:
         info = _inspect("container", host["container"])
         cstate = info["State"]["Status"] if info else "missing"
-        sshd = "sshd answers" if info and ssh_banner(host["address"]) else "sshd does not answer"
+        sshd = "sshd answers" if info and ssh_answers(host["address"], timeout=2.0) else "sshd does not answer"
         lines.append(f"  {host['name']:<22} {host['address']:<18} {host['role']:<7} {cstate:<10} {sshd}")
     return "\n".join(lines)
 

@@ -25,7 +25,7 @@ import secrets
 from pathlib import Path
 from typing import Any
 
-from rayrig.paths import state_dir
+from deploy.paths import state_dir
 
 NODE_TOKEN_DIR = "/etc/rayrig/ray"
 NODE_TOKEN_PATH = f"{NODE_TOKEN_DIR}/auth_token"

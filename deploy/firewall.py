@@ -56,6 +56,7 @@ from pyinfra.operations import files, server, systemd
 
 from deploy.base import install_packages
 from deploy.facts import fact
+from deploy.ports import WORKER_RANGE, port_ranges
 from deploy.settings import host_data, host_settings, is_loopback, node_address, parse_address
 from deploy.storage import NFS_PORT, serves_nfs
 
@@ -66,8 +67,7 @@ UNIT_PATH = f"/etc/systemd/system/{UNIT}"
 NFT = "/usr/sbin/nft"  # where every supported distribution installs it
 #: The other firewalls rayrig refuses to run beside, with how to turn each off.
 OTHER_FIREWALLS = {"ufw": "sudo ufw disable", "firewalld": "sudo systemctl disable --now firewalld"}
-#: ray_ports keys with a rule of their own (the rest are single ports open to the members).
-WORKER_RANGE = ("worker_min", "worker_max")
+#: The ray_ports key open to the members only when the dashboard listens beyond loopback.
 DASHBOARD = "dashboard"
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -160,28 +160,6 @@ class OtherFirewalls(FactBase):
 
 
 # --- Pure helpers ---------------------------------------------------------------------------------
-
-
-def port_ranges(ports: Iterable[int | str]) -> list[tuple[int, int]]:
-    """Ports (integers or "first-last" strings) as sorted (first, last) ranges, overlaps merged.
-
-    >>> port_ranges([9000, "8000-8010", 8005, "9001-9001"])
-    [(8000, 8010), (9000, 9000), (9001, 9001)]
-    """
-    ranges = []
-    for port in ports:
-        if isinstance(port, str) and "-" in port:
-            first, last = (int(p) for p in port.split("-", 1))
-        else:
-            first = last = int(port)
-        ranges.append((first, last))
-    merged: list[tuple[int, int]] = []
-    for first, last in sorted(ranges):
-        if merged and first <= merged[-1][1]:
-            merged[-1] = (merged[-1][0], max(last, merged[-1][1]))
-        else:
-            merged.append((first, last))
-    return merged
 
 
 def _port(first: int, last: int) -> str:

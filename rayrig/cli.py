@@ -13,7 +13,13 @@ from collections.abc import Sequence
 
 #: Modules whose ``register(subparsers)`` adds one command area each
 #: (``rayrig lab ...``, ``rayrig image ...``, ``rayrig cloud ...``, deploy/check/demo, dashboard).
-AREAS = ("cloud.local", "rayrig.image", "cloud.ec2", "rayrig.run", "rayrig.dashboard")
+AREAS = (
+    "cloud.local",
+    "rayrig.image",
+    "cloud.ec2",
+    "rayrig.run",
+    "rayrig.dashboard",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rayrig.paths import repo_root
+from deploy.paths import repo_root
 
 LOOPBACK_OR_ANY = ("127.0.0.1", "localhost", "::1", "0.0.0.0", "::")
 

@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
-from rayrig.paths import repo_root
+from deploy.paths import repo_root
 
 Progress = Callable[[str], None]
 

@@ -11,7 +11,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from rayrig.paths import repo_root
+from deploy.paths import repo_root
 
 DEPLOY_FILE = "deploy/cluster.py"
 CHECKS_FILE = "checks/post_deploy.py"
@@ -33,7 +33,7 @@ def run_pyinfra(inventory: str | Path, deploy_file: str = DEPLOY_FILE, extra: Se
 def lab_summary(name: str) -> str:
     """What a user wants after the demo: the head, ``ray status``, and the next commands."""
     from cloud import local
-    from rayrig import remote
+    from cloud import ssh as remote
 
     state = local.load_state(name)
     if state is None:

@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 
 from cloud import local
+from cloud import ssh as remote
 from deploy import auth, settings
-from rayrig import remote
-from rayrig.paths import repo_root
+from deploy.paths import repo_root
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

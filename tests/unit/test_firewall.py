@@ -32,13 +32,13 @@ from deploy.firewall import (
     is_loopback,
     member_addresses,
     parse_address,
-    port_ranges,
     ports_match,
     render_ruleset,
     resolve_address,
     ssh_ports,
     unit_text,
 )
+from deploy.ports import port_ranges
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "firewall"
 UPDATE = os.environ.get("RAYRIG_UPDATE_GOLDEN") == "1"

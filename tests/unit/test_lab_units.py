@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from cloud import local
-from rayrig import image, paths
+from deploy import paths
+from rayrig import image
 
 ROUTE_TABLE = """\
 Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT
@@ -131,7 +132,7 @@ def test_lab_inventory_file_reads_the_state(tmp_path, monkeypatch):
 
     with pytest.raises(RuntimeError, match=r"rayrig lab up --name lab-x"):
         load()
-    directory = paths.lab_dir("lab-x")
+    directory = local.lab_dir("lab-x")
     directory.mkdir(parents=True)
     (directory / "state.json").write_text(json.dumps(_state(tmp_path, hosts=2)))
     module = load()
@@ -142,11 +143,11 @@ def test_lab_inventory_file_reads_the_state(tmp_path, monkeypatch):
 def test_state_dir_honours_the_environment(tmp_path, monkeypatch):
     monkeypatch.setenv("RAYRIG_STATE_DIR", str(tmp_path))
     assert paths.state_dir() == tmp_path
-    assert paths.lab_dir("a") == tmp_path / "labs" / "a"
+    assert local.lab_dir("a") == tmp_path / "labs" / "a"
     monkeypatch.delenv("RAYRIG_STATE_DIR")
     assert paths.state_dir() == paths.repo_root() / ".rayrig"
     with pytest.raises(ValueError, match="invalid lab name"):
-        paths.lab_dir("../x")
+        local.lab_dir("../x")
 
 
 def test_manylinux_platforms_cover_older_tags():

@@ -1,11 +1,23 @@
-"""Run a command on a host over SSH (paramiko), for the CLI's summaries and the checks."""
+"""SSH to a host from the operator's machine: whether sshd answers, and running one command (paramiko)."""
 
 from __future__ import annotations
 
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 
 import paramiko
+
+
+def ssh_answers(host: str, port: int = 22, timeout: float = 5.0) -> bool:
+    """Whether an SSH server answers at host:port: the connection opens and an ``SSH-`` banner arrives."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as sock:
+            sock.settimeout(timeout)
+            banner = sock.recv(256)
+    except OSError:
+        return False
+    return banner.startswith(b"SSH-")
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ AREAS = (
     "rayrig.image",
     "cloud.ec2",
     "rayrig.run",
-    "rayrig.dashboard",
+    "rayrig.commands.dashboard",
 )
 
 

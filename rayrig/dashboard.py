@@ -1,4 +1,4 @@
-"""``rayrig dashboard INVENTORY``: the head's dashboard on this machine, through SSH.
+"""The head's dashboard on this machine, through SSH (``rayrig dashboard INVENTORY``).
 
 The dashboard binds 127.0.0.1 on the head by default (``ray_dashboard_host``)
 and the firewall keeps its port closed, so the way in is an SSH tunnel:
@@ -14,9 +14,7 @@ and known hosts apply, with the inventory's user, port and key on top.
 
 from __future__ import annotations
 
-import argparse
 import json
-import shlex
 import socket
 import subprocess
 import sys
@@ -24,7 +22,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from deploy import auth
 from deploy.paths import repo_root
+from deploy.settings import merge
 
 LOOPBACK_OR_ANY = ("127.0.0.1", "localhost", "::1", "0.0.0.0", "::")
 
@@ -51,9 +51,6 @@ def load_inventory(path: str) -> list[dict[str, Any]]:
 
 def tunnel_plan(hosts: list[dict[str, Any]]) -> dict[str, Any]:
     """Where the tunnel goes: the head's SSH settings, the dashboard's address and port, the token file."""
-    from deploy import auth
-    from deploy.settings import merge
-
     heads = [h for h in hosts if merge(h["data"])["ray_role"] == "head"]
     if len(heads) != 1:
         raise DashboardError(f'the inventory has {len(heads)} hosts with ray_role = "head"; expected exactly one')
@@ -120,44 +117,3 @@ def banner(plan: dict[str, Any], local_port: int) -> str:
     user = f"{plan['user']}@" if plan["user"] else ""
     lines.append(f"The tunnel runs over SSH to {user}{plan['hostname']} until Ctrl-C.")
     return "\n".join(lines)
-
-
-def _cmd_dashboard(args: argparse.Namespace) -> int:
-    try:
-        plan = tunnel_plan(load_inventory(args.inventory))
-        local_port = args.local_port or plan["remote_port"]
-        if args.print_command:
-            print(shlex.join(ssh_command(plan, local_port)))
-            return 0
-        process = open_tunnel(plan, local_port)
-    except DashboardError as error:
-        print(f"rayrig dashboard: {error}", file=sys.stderr)
-        return 2
-    print(banner(plan, local_port), flush=True)
-    try:
-        return process.wait()
-    except KeyboardInterrupt:
-        process.terminate()
-        process.wait(timeout=10)
-        return 0
-
-
-def _port(text: str) -> int:
-    try:
-        port = int(text)
-    except ValueError:
-        port = 0
-    if not 1 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a port number 1-65535")
-    return port
-
-
-def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add ``rayrig dashboard``."""
-    parser = subparsers.add_parser("dashboard", help="open an SSH tunnel to the head's dashboard and print its URL")
-    parser.add_argument("inventory", help="pyinfra inventory file, e.g. inventories/prod.py")
-    parser.add_argument(
-        "--local-port", type=_port, default=None, help="port on this machine (default: the dashboard's port)"
-    )
-    parser.add_argument("--print-command", action="store_true", help="print the ssh command instead of running it")
-    parser.set_defaults(func=_cmd_dashboard)

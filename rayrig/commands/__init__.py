@@ -1,0 +1,1 @@
+"""The ``rayrig`` subcommands: one module per command group, each with ``register(subparsers)``."""

@@ -1,0 +1,1 @@
+"""The subcommands of ``rayrig``: one module per area, each exposing ``register(subparsers)``."""

@@ -55,7 +55,10 @@ class Ledger:
 
 @dataclass
 class Build:
-    """One run of ``up``: its inputs, its ledger, and the ids the steps have settled on so far."""
+    """One run of ``up``: its inputs, its ledger, and the ids the steps have settled on so far.
+
+    >>> apply(Build(aws, spec, ami, existing, ports, base_tags, Ledger(print), print, 900.0), plan)  # doctest: +SKIP
+    """
 
     aws: Aws
     spec: ClusterSpec
@@ -68,6 +71,7 @@ class Build:
     timeout_s: float
     vpc_id: str = ""
     subnet_id: str = ""
+    internet_gateway_id: str = ""
     group_id: str = ""
     placement: str | None = None
 
@@ -98,16 +102,14 @@ def apply(build: Build, plan: Plan) -> list[dict[str, Any]]:
     else:
         with aws_step("creating the network", build.spec.region):
             ensure_vpc(build)
-            igw_id = ensure_internet_gateway(build)
+            ensure_internet_gateway(build)
             ensure_subnet(build)
-            ensure_route_table(build, igw_id)
+            ensure_route_table(build)
     ensure_security_group(build)
     ensure_key_pair(build)
     ensure_placement_group(build)
     launch_instances(build, plan)
-    if plan.starts:
-        with aws_step("starting stopped instances", build.spec.region):
-            build.ec2.start_instances(InstanceIds=plan.starts)
+    start_instances(build, plan)
     return wait_running(build)
 
 
@@ -126,8 +128,8 @@ def ensure_vpc(build: Build) -> None:
     settled(ec2.modify_vpc_attribute, VpcId=build.vpc_id, EnableDnsHostnames={"Value": True})
 
 
-def ensure_internet_gateway(build: Build) -> str:
-    """An internet gateway attached to the VPC; returns its id."""
+def ensure_internet_gateway(build: Build) -> None:
+    """An internet gateway attached to the VPC."""
     igw = build.existing.internet_gateway
     igw_id = igw["InternetGatewayId"] if igw else None
     if igw_id is None:
@@ -137,7 +139,7 @@ def ensure_internet_gateway(build: Build) -> str:
         build.ledger.add("internet_gateways", igw_id, "internet gateway")
     if not any(a.get("VpcId") == build.vpc_id for a in (igw or {}).get("Attachments", [])):
         settled(build.ec2.attach_internet_gateway, InternetGatewayId=igw_id, VpcId=build.vpc_id)
-    return igw_id
+    build.internet_gateway_id = igw_id
 
 
 def ensure_subnet(build: Build) -> None:
@@ -157,9 +159,9 @@ def ensure_subnet(build: Build) -> None:
     build.ledger.add("subnets", build.subnet_id, "subnet")
 
 
-def ensure_route_table(build: Build, igw_id: str) -> None:
+def ensure_route_table(build: Build) -> None:
     """A route table with the default route through the gateway, associated with the subnet."""
-    ec2, rtb = build.ec2, build.existing.route_table
+    ec2, rtb, igw_id = build.ec2, build.existing.route_table, build.internet_gateway_id
     if rtb is None:
         rtb = settled(
             ec2.create_route_table,
@@ -265,6 +267,13 @@ def launch_instances(build: Build, plan: Plan) -> None:
             launched = settled(build.ec2.run_instances, **params)["Instances"]
         for instance in launched:
             build.ledger.add("instances", instance["InstanceId"], f"{group.name} instance")
+
+
+def start_instances(build: Build, plan: Plan) -> None:
+    """Start the cluster's stopped instances."""
+    if plan.starts:
+        with aws_step("starting stopped instances", build.spec.region):
+            build.ec2.start_instances(InstanceIds=plan.starts)
 
 
 def run_instances_params(build: Build, group: GroupSpec, count: int) -> dict[str, Any]:

@@ -15,7 +15,6 @@ from cloud.ec2.ami import gpus_of
 from cloud.ec2.aws import explain_error
 from cloud.ec2.rules import Rule, exposed_ray_ports, ray_ports, rules_of
 from cloud.ssh import ssh_answers
-from deploy.ports import ray_port_ranges
 from deploy.settings import defaults
 
 pytestmark = pytest.mark.cloud
@@ -113,12 +112,6 @@ def test_wait_for_ssh_gives_up_after_the_timeout(closed_port: int, monkeypatch: 
 def test_ray_ports_come_from_the_defaults() -> None:
     assert ray_ports() == defaults()["ray_ports"]
     assert ray_ports({"ray_ports": {"gcs": 7000}})["gcs"] == 7000  # a spec's host_data overrides a port
-
-
-def test_ray_port_ranges_join_adjacent_ports() -> None:
-    ports = {"gcs": 6379, "node_manager": 6380, "dashboard": 8265, "client_server": 10001, "metrics_export": 9999,
-             "worker_min": 10002, "worker_max": 10999, "dashboard_agent_http": 52365}  # fmt: skip
-    assert ray_port_ranges(ports) == [(6379, 6380), (8265, 8265), (9999, 9999), (10001, 10999), (52365, 52365)]
 
 
 def test_exposed_ray_ports_flags_address_ranges_only() -> None:

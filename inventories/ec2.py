@@ -18,8 +18,8 @@ the spec's ``host_data``. The defaults in ``group_data/all.py`` apply as usual.
 from pyinfra.api.exceptions import PyinfraError as _PyinfraError
 
 from cloud.ec2 import CloudError as _CloudError
+from cloud.ec2 import SpecError as _SpecError
 from cloud.ec2 import cluster_hosts as _cluster_hosts
-from cloud.spec import SpecError as _SpecError
 
 try:
     heads, workers = _cluster_hosts()

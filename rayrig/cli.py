@@ -16,7 +16,7 @@ from collections.abc import Sequence
 AREAS = (
     "cloud.local",
     "rayrig.image",
-    "cloud.ec2",
+    "rayrig.commands.cloud",
     "rayrig.run",
     "rayrig.commands.dashboard",
 )

@@ -1,6 +1,6 @@
 """The cloud tier: moto's server on a free local port, real boto3 clients pointed at it.
 
-rayrig's code is unchanged under test: it makes its clients in ``cloud.ec2``
+rayrig's code is unchanged under test: it makes its clients in ``cloud.ec2.aws``
 with the endpoint from ``RAYRIG_AWS_ENDPOINT_URL``. What the tests add goes
 through botocore's own event hooks on the sessions rayrig makes:
 
@@ -35,7 +35,9 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
 from moto.server import ThreadedMotoServer
 
-from cloud import ec2
+from cloud.ec2 import aws as ec2_aws
+from cloud.ec2 import waits
+from rayrig.commands import cloud as cloud_commands
 
 REGION = "us-east-1"
 #: moto's value of AWS's public parameter: an Amazon Linux 2023 AMI (SSH user ec2-user).
@@ -47,7 +49,7 @@ UBUNTU_AMI = "ami-1e749f67"
 def run_cli(*argv: str) -> int:
     """``rayrig cloud ...`` as the command line runs it; returns the exit status."""
     parser = argparse.ArgumentParser(prog="rayrig")
-    ec2.register(parser.add_subparsers(dest="command", required=True))
+    cloud_commands.register(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(list(argv))
     return args.func(args)
 
@@ -285,14 +287,14 @@ def aws(
     monkeypatch.setenv("RAYRIG_AWS_ENDPOINT_URL", moto_url)
     monkeypatch.setenv("RAYRIG_AWS_MAX_ATTEMPTS", "3")
     monkeypatch.setenv("RAYRIG_STATE_DIR", str(tmp_path / "state"))
-    monkeypatch.setattr(ec2, "POLL_S", 0.01)
-    monkeypatch.setattr(ec2, "SSH_POLL_S", 0.01)
+    monkeypatch.setattr(waits, "POLL_S", 0.01)
+    monkeypatch.setattr(waits, "SSH_POLL_S", 0.01)
     urllib.request.urlopen(urllib.request.Request(f"{moto_url}/moto-api/reset", method="POST")).close()
 
     # botocore's retry backoff is up to seconds per attempt; the tests keep its logic, not its waits.
     monkeypatch.setattr(ExponentialBackoff, "delay_amount", lambda self, context: 0.01)
 
-    real_session = ec2.aws_session
+    real_session = ec2_aws.aws_session
 
     def hooked_session(region: str | None) -> Any:
         session = real_session(region)
@@ -303,10 +305,10 @@ def aws(
         session.events.register("before-send", inject.before_send)
         return session
 
-    monkeypatch.setattr(ec2, "aws_session", hooked_session)
-    ec2.forget_connections()
+    monkeypatch.setattr(ec2_aws, "aws_session", hooked_session)
+    ec2_aws.forget_connections()
     yield moto_url
-    ec2.forget_connections()
+    ec2_aws.forget_connections()
 
 
 @pytest.fixture

@@ -14,7 +14,10 @@ import paramiko
 import pytest
 
 from cloud import ec2
-from cloud.spec import load_spec
+from cloud.ec2.ami import ssh_user_for_ami
+from cloud.ec2.aws import tags_of
+from cloud.ec2.spec import load_spec
+from cloud.ec2.state import forget_state
 from deploy.schema import validate_cluster
 from tests.cloud.conftest import UBUNTU_AMI, base_spec, raw_client
 
@@ -49,7 +52,7 @@ def load_inventory(*env: str) -> list[dict[str, Any]]:
 
 
 def up(path: Path, probe: Any) -> ec2.UpResult:
-    return ec2.up(load_spec(path), assume_yes=True, ssh_probe=probe)
+    return ec2.up(load_spec(path), assume_yes=True, ssh_probe=probe, say=print)
 
 
 def test_inventory_yields_one_head_and_the_workers(
@@ -57,7 +60,7 @@ def test_inventory_yields_one_head_and_the_workers(
 ) -> None:
     result = up(write_spec(), no_ssh)
     by_id = {i["InstanceId"]: i for i in result.instances}
-    role_of = {i["PrivateIpAddress"]: ec2._tags(i)["rayrig:role"] for i in by_id.values()}
+    role_of = {i["PrivateIpAddress"]: tags_of(i)["rayrig:role"] for i in by_id.values()}
 
     hosts = load_inventory()
 
@@ -112,7 +115,7 @@ def test_ssh_user_comes_from_the_ami_when_the_tag_is_missing(
     raw_client("ec2", aws).delete_tags(
         Resources=[i["InstanceId"] for i in result.instances], Tags=[{"Key": "rayrig:ssh-user"}]
     )
-    ec2.forget_state("sprint42")  # no spec to read either: only the instances and their AMI tell
+    forget_state("sprint42")  # no spec to read either: only the instances and their AMI tell
     heads, workers = ec2.cluster_hosts("sprint42", "us-east-1")
     assert {data["ssh_user"] for _, data in heads + workers} == {"ubuntu"}
 
@@ -130,7 +133,7 @@ def test_ssh_user_comes_from_the_ami_when_the_tag_is_missing(
     ],
 )
 def test_ssh_user_by_ami_family(name: str, user: str | None) -> None:
-    assert ec2.ssh_user_for_image({"Name": name}) == user
+    assert ssh_user_for_ami({"Name": name}) == user
 
 
 def test_private_addresses_through_a_bastion(

@@ -10,7 +10,10 @@ from typing import Any
 import pytest
 
 from cloud import ec2
-from cloud.spec import load_spec
+from cloud.ec2.aws import utc_now
+from cloud.ec2.spec import load_spec
+from cloud.ec2.teardown import find_created, reap_lock
+from rayrig.commands import cloud as cloud_commands
 from tests.cloud.conftest import PlacementGroups, base_spec, raw_client, run_cli
 
 pytestmark = pytest.mark.cloud
@@ -69,11 +72,11 @@ def test_ls_in_an_empty_region(capsys: pytest.CaptureFixture[str]) -> None:
 def test_reap_takes_down_the_expired_cluster_only(
     two_clusters: None, aws: str, placement_groups: PlacementGroups, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    later = ec2._now() + dt.timedelta(hours=2)
-    assert ec2.reap(assume_yes=True, now=later) == 0
+    later = utc_now() + dt.timedelta(hours=2)
+    assert ec2.reap(assume_yes=True, now=later, say=print) == 0
     assert not cluster_tagged(aws, "short")
     assert cluster_tagged(aws, "sprint42")
-    assert len(ec2.find_created(ec2.connect("us-east-1"), "sprint42").instances) == 3
+    assert len(find_created(ec2.connect("us-east-1"), "sprint42").instances) == 3
     assert [g["GroupName"] for g in placement_groups.groups.values()] == ["rayrig-sprint42"]
     out = capsys.readouterr().out
     assert "expired: short" in out and "Nothing is left with the tag rayrig:cluster=short" in out
@@ -110,14 +113,14 @@ def test_reap_never_touches_a_cluster_without_a_readable_expiry(aws: str, capsys
             }
         ],
     )["Vpc"]["VpcId"]
-    assert ec2.reap(assume_yes=True, now=ec2._now() + dt.timedelta(days=365)) == 0
+    assert ec2.reap(assume_yes=True, now=utc_now() + dt.timedelta(days=365), say=print) == 0
     assert client.describe_vpcs(VpcIds=[vpc])["Vpcs"]
     assert "skipping handmade: no readable rayrig:expires-at tag ('soon')" in capsys.readouterr().out
 
 
 def test_two_reaps_do_not_run_at_once(aws: str) -> None:
-    with ec2._reap_lock(), pytest.raises(ec2.CloudError, match="another 'rayrig cloud reap' is running"):
-        ec2.reap(assume_yes=True)
+    with reap_lock(), pytest.raises(ec2.CloudError, match="another 'rayrig cloud reap' is running"):
+        ec2.reap(assume_yes=True, say=print)
 
 
 def test_the_rayrig_command_has_the_cloud_commands(capsys: pytest.CaptureFixture[str]) -> None:
@@ -125,7 +128,7 @@ def test_the_rayrig_command_has_the_cloud_commands(capsys: pytest.CaptureFixture
 
     parser = build_parser()
     args = parser.parse_args(["cloud", "up", "spec.toml", "--yes", "--no-wait-ssh"])
-    assert args.func is ec2._cmd_up and args.yes and args.no_wait_ssh
+    assert args.func is cloud_commands.up_cmd and args.yes and args.no_wait_ssh
     assert parser.parse_args(["cloud", "down", "sprint42", "--region", "eu-west-1"]).region == "eu-west-1"
-    assert parser.parse_args(["cloud", "ls"]).func is ec2._cmd_ls
-    assert parser.parse_args(["cloud", "reap", "--yes"]).func is ec2._cmd_reap
+    assert parser.parse_args(["cloud", "ls"]).func is cloud_commands.ls_cmd
+    assert parser.parse_args(["cloud", "reap", "--yes"]).func is cloud_commands.reap_cmd

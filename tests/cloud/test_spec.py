@@ -13,8 +13,8 @@ from typing import Any
 import botocore.endpoint
 import pytest
 
-from cloud import ec2
-from cloud.spec import SpecError, load_spec, parse_ttl
+from cloud.ec2 import aws as ec2_aws
+from cloud.ec2.spec import SpecError, load_spec, parse_ttl
 from tests.cloud.conftest import base_spec, run_cli, to_toml
 
 pytestmark = pytest.mark.cloud
@@ -35,7 +35,7 @@ def no_aws(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         attempts.append(f"request {request.url}")
         raise AssertionError("a bad spec must not send an AWS request")
 
-    monkeypatch.setattr(ec2, "aws_session", no_session)
+    monkeypatch.setattr(ec2_aws, "aws_session", no_session)
     monkeypatch.setattr(botocore.endpoint.Endpoint, "_send", no_send)
     return attempts
 

@@ -1,4 +1,4 @@
-"""The pure parts of cloud/ec2.py and the SSH probe against real local TCP listeners."""
+"""The pure parts of cloud/ec2/ and the SSH probe (cloud.ssh) against real local TCP listeners."""
 
 from __future__ import annotations
 
@@ -10,7 +10,11 @@ from collections.abc import Iterator
 import pytest
 from botocore.exceptions import ClientError, EndpointConnectionError, NoCredentialsError
 
-from cloud import ec2, prices
+from cloud.ec2 import prices, waits
+from cloud.ec2.ami import gpus_of
+from cloud.ec2.aws import explain_error
+from cloud.ec2.rules import Rule, exposed_ray_ports, ray_ports, rules_of
+from cloud.ssh import ssh_answers
 from deploy.settings import defaults
 
 pytestmark = pytest.mark.cloud
@@ -67,70 +71,67 @@ def closed_port() -> Iterator[int]:
 
 def test_ssh_answers_when_an_ssh_server_greets() -> None:
     with Listener(b"SSH-2.0-OpenSSH_9.6p1 Ubuntu-3ubuntu13\r\n") as server:
-        assert ec2.ssh_answers("127.0.0.1", server.port, 2.0)
+        assert ssh_answers("127.0.0.1", server.port, 2.0)
 
 
 def test_ssh_does_not_answer_when_something_else_listens() -> None:
     with Listener(b"HTTP/1.1 400 Bad Request\r\n\r\n") as server:
-        assert not ec2.ssh_answers("127.0.0.1", server.port, 2.0)
+        assert not ssh_answers("127.0.0.1", server.port, 2.0)
 
 
 def test_ssh_does_not_answer_when_the_port_stays_silent() -> None:
     with Listener(None) as server:
         started = time.monotonic()
-        assert not ec2.ssh_answers("127.0.0.1", server.port, 0.2)
+        assert not ssh_answers("127.0.0.1", server.port, 0.2)
         assert time.monotonic() - started < 2
 
 
 def test_ssh_does_not_answer_on_a_closed_port(closed_port: int) -> None:
-    assert not ec2.ssh_answers("127.0.0.1", closed_port, 1.0)
+    assert not ssh_answers("127.0.0.1", closed_port, 1.0)
 
 
 def test_wait_for_ssh_waits_for_a_late_sshd(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(ec2, "SSH_POLL_S", 0.05)
+    monkeypatch.setattr(waits, "SSH_POLL_S", 0.05)
     lines: list[str] = []
     with Listener(b"SSH-2.0-late\r\n", delay_s=0.4) as server:
-        pending = ec2.wait_for_ssh(["127.0.0.1"], timeout_s=10, port=server.port, say=lines.append)
+        pending = waits.wait_for_ssh(["127.0.0.1"], timeout_s=10, port=server.port, say=lines.append)
     assert pending == []
     assert lines and lines[0] == "  SSH not answering yet on 127.0.0.1"
 
 
 def test_wait_for_ssh_gives_up_after_the_timeout(closed_port: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(ec2, "SSH_POLL_S", 0.05)
+    monkeypatch.setattr(waits, "SSH_POLL_S", 0.05)
     started = time.monotonic()
-    assert ec2.wait_for_ssh(["127.0.0.1"], timeout_s=0.3, port=closed_port, say=lambda _: None) == ["127.0.0.1"]
+    assert waits.wait_for_ssh(["127.0.0.1"], timeout_s=0.3, port=closed_port, say=lambda _: None) == ["127.0.0.1"]
     assert time.monotonic() - started < 3
 
 
 # --------------------------------------------------------------------------- rules and ports
 
 
-def test_ray_port_ranges_come_from_the_defaults() -> None:
-    assert ec2.ray_ports() == defaults()["ray_ports"]
-    ports = {"gcs": 6379, "node_manager": 6380, "dashboard": 8265, "client_server": 10001, "metrics_export": 9999,
-             "worker_min": 10002, "worker_max": 10999, "dashboard_agent_http": 52365}  # fmt: skip
-    assert ec2.ray_port_ranges(ports) == [(6379, 6380), (8265, 8265), (9999, 9999), (10001, 10999), (52365, 52365)]
-    assert ec2.ray_ports({"ray_ports": {"gcs": 7000}})["gcs"] == 7000  # a spec's host_data overrides a port
+def test_ray_ports_come_from_the_defaults() -> None:
+    assert ray_ports() == defaults()["ray_ports"]
+    assert ray_ports({"ray_ports": {"gcs": 7000}})["gcs"] == 7000  # a spec's host_data overrides a port
 
 
 def test_exposed_ray_ports_flags_address_ranges_only() -> None:
     ports = defaults()["ray_ports"]
     rules = {
-        ec2.Rule("ingress", "-1", None, None, "sg", "sg-1"),
-        ec2.Rule("ingress", "tcp", 22, 22, "cidr", "0.0.0.0/0"),
-        ec2.Rule("egress", "-1", None, None, "cidr", "0.0.0.0/0"),
+        Rule("ingress", "-1", None, None, "sg", "sg-1"),
+        Rule("ingress", "tcp", 22, 22, "cidr", "0.0.0.0/0"),
+        Rule("egress", "-1", None, None, "cidr", "0.0.0.0/0"),
     }
-    assert ec2.exposed_ray_ports(rules, ports) == []
-    assert ec2.exposed_ray_ports({ec2.Rule("ingress", "tcp", 6000, 6500, "cidr", "0.0.0.0/0")}, ports) == [
+    assert exposed_ray_ports(rules, ports) == []
+    assert exposed_ray_ports({Rule("ingress", "tcp", 6000, 6500, "cidr", "0.0.0.0/0")}, ports) == [
         "ingress tcp 6000-6500 from 0.0.0.0/0 reaches Ray port(s) 6379-6383"
     ]
-    assert len(ec2.exposed_ray_ports({ec2.Rule("ingress", "-1", None, None, "cidr6", "::/0")}, ports)) == 4
+    assert len(exposed_ray_ports({Rule("ingress", "-1", None, None, "cidr6", "::/0")}, ports)) == 4
 
 
 def test_rules_round_trip_through_ip_permissions() -> None:
-    rule = ec2.Rule("ingress", "tcp", 22, 22, "cidr", "198.51.100.0/24")
+    rule = Rule("ingress", "tcp", 22, 22, "cidr", "198.51.100.0/24")
     group = {"IpPermissions": [rule.permission("ssh")], "IpPermissionsEgress": []}
-    assert ec2.rules_of(group) == {rule}
+    assert rules_of(group) == {rule}
 
 
 # --------------------------------------------------------------------------- errors
@@ -160,14 +161,14 @@ def _client_error(code: str, message: str, retries: int = 0) -> ClientError:
     ],
 )
 def test_aws_errors_become_one_clear_line(exc: Exception, expected: str) -> None:
-    line = ec2.explain_error(exc, "launching 2 x g5.12xlarge for gpu", "us-east-1")
+    line = explain_error(exc, "launching 2 x g5.12xlarge for gpu", "us-east-1")
     assert line.startswith("launching 2 x g5.12xlarge for gpu: ")
     assert expected in line and "\n" not in line and "QkFE" not in line
 
 
 def test_credentials_are_scrubbed(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY")
-    line = ec2.explain_error(
+    line = explain_error(
         _client_error("Odd", "key AKIAIOSFODNN7EXAMPLE secret wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"), "x"
     )
     assert "AKIA" not in line and "wJalr" not in line and line.count("***") == 2
@@ -187,7 +188,7 @@ def test_price_table_covers_the_common_gpu_types() -> None:
 
 
 def test_gpus_of_falls_back_to_the_described_type() -> None:
-    assert ec2.gpus_of("g5.12xlarge") == 4
-    assert ec2.gpus_of("p5e.48xlarge", {"GpuInfo": {"Gpus": [{"Count": 8}]}}) == 8
-    assert ec2.gpus_of("r7i.large", {}) == 0
-    assert ec2.gpus_of("unknown.type") is None
+    assert gpus_of("g5.12xlarge") == 4
+    assert gpus_of("p5e.48xlarge", {"GpuInfo": {"Gpus": [{"Count": 8}]}}) == 8
+    assert gpus_of("r7i.large", {}) == 0
+    assert gpus_of("unknown.type") is None

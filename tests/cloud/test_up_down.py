@@ -13,7 +13,9 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from cloud import ec2
-from cloud.spec import load_spec
+from cloud.ec2.aws import forget_connections, parse_time
+from cloud.ec2.rules import Rule, exposed_ray_ports, rules_of
+from cloud.ec2.spec import load_spec
 from deploy.settings import defaults
 from tests.cloud.conftest import REGION, UBUNTU_AMI, Calls, Injector, PlacementGroups, base_spec, raw_client, run_cli
 
@@ -77,7 +79,7 @@ def snapshot(client: Any) -> dict[str, set[str]]:
 
 
 def bring_up(path: Path, probe: Callable[..., bool], **kwargs: Any) -> ec2.UpResult:
-    return ec2.up(load_spec(path), assume_yes=True, ssh_probe=probe, **kwargs)
+    return ec2.up(load_spec(path), assume_yes=True, ssh_probe=probe, say=print, **kwargs)
 
 
 # --------------------------------------------------------------------------- up
@@ -119,8 +121,8 @@ def test_up_creates_exactly_the_resources_tagged(
         assert resource_tags["rayrig:created"] == "true"
     expires = {tags(r)["rayrig:expires-at"] for r in every}
     assert len(expires) == 1  # one expiry for the whole cluster: first up + ttl
-    created_at = ec2.parse_time(tags(found["vpc"][0])["rayrig:created-at"])
-    assert ec2.parse_time(expires.pop()) - created_at == load_spec(write_spec()).ttl
+    created_at = parse_time(tags(found["vpc"][0])["rayrig:created-at"])
+    assert parse_time(expires.pop()) - created_at == load_spec(write_spec()).ttl
 
     # Nothing else appeared, except what AWS makes with every VPC (main route table, default group).
     after = snapshot(client)
@@ -227,14 +229,12 @@ def test_ssh_from_anywhere_only_when_the_spec_says_so(
     data["network"] = {"internet_egress": False}
     bring_up(write_spec(data), no_ssh)
     group = tagged(client, "sprint42")["security-group"][0]
-    rules = ec2.rules_of(group)
-    assert ec2.Rule("ingress", "tcp", 22, 22, "cidr", "0.0.0.0/0") in rules
+    rules = rules_of(group)
+    assert Rule("ingress", "tcp", 22, 22, "cidr", "0.0.0.0/0") in rules
     assert [
-        r
-        for r in rules
-        if r.peer in ("0.0.0.0/0", "::/0") and r != ec2.Rule("ingress", "tcp", 22, 22, "cidr", "0.0.0.0/0")
+        r for r in rules if r.peer in ("0.0.0.0/0", "::/0") and r != Rule("ingress", "tcp", 22, 22, "cidr", "0.0.0.0/0")
     ] == []
-    assert ec2.exposed_ray_ports(rules, defaults()["ray_ports"]) == []
+    assert exposed_ray_ports(rules, defaults()["ray_ports"]) == []
 
 
 def test_second_up_creates_nothing(
@@ -271,8 +271,8 @@ def test_up_puts_back_the_exact_rules_after_drift(
     bring_up(path, no_ssh)
 
     assert calls.mutating() == ["RevokeSecurityGroupIngress"]
-    rules = ec2.rules_of(client.describe_security_groups(GroupIds=[gid])["SecurityGroups"][0])
-    assert ec2.exposed_ray_ports(rules, defaults()["ray_ports"]) == []
+    rules = rules_of(client.describe_security_groups(GroupIds=[gid])["SecurityGroups"][0])
+    assert exposed_ray_ports(rules, defaults()["ray_ports"]) == []
 
 
 def test_up_replaces_a_lost_worker_only(
@@ -310,7 +310,7 @@ def test_a_declined_confirmation_creates_nothing(write_spec: Callable[..., Path]
         return False
 
     with pytest.raises(ec2.CloudError, match="not confirmed; nothing was created"):
-        ec2.up(load_spec(write_spec()), confirm=decline, ssh_probe=no_ssh)
+        ec2.up(load_spec(write_spec()), confirm=decline, ssh_probe=no_ssh, say=print)
     assert questions == ["Create these resources?"] and calls.mutating() == []
 
 
@@ -538,7 +538,7 @@ def test_down_without_a_region_uses_the_recorded_one(
 ) -> None:
     bring_up(write_spec(), no_ssh)
     monkeypatch.delenv("AWS_DEFAULT_REGION")
-    ec2.forget_connections()
+    forget_connections()
     assert run_cli("cloud", "down", "sprint42") == 0
 
 

@@ -1,4 +1,4 @@
-"""The cluster spec of an EC2 sprint cluster: a TOML file, its JSON Schema, and loading.
+"""The cluster spec of an EC2 sprint cluster: a TOML file, validated and loaded (the schema: spec_schema.py).
 
 ``load_spec(path)`` reads and validates a spec completely (schema, then the
 rules that span keys, then the host data against ``deploy/schema.py``) before
@@ -67,6 +67,9 @@ try:  # Python 3.11+
 except ModuleNotFoundError:  # pragma: no cover - Python 3.10 needs the tomli backport
     import tomli as tomllib  # type: ignore[no-redef]
 
+from cloud.ec2.spec_schema import SCHEMA, TTL_PATTERN
+from deploy.schema import validate_host
+
 MAX_TTL = dt.timedelta(days=30)
 
 #: Host data keys that inventories/ec2.py sets itself; a spec may not set them.
@@ -84,149 +87,6 @@ RESERVED_HOST_DATA = (
 
 #: Key types EC2's ImportKeyPair accepts.
 KEY_TYPES = ("ssh-ed25519", "ssh-rsa")
-
-_TTL = r"^(?=[0-9])([0-9]+d)?([0-9]+h)?([0-9]+m)?$"
-
-_HOST_DATA = {
-    "type": "object",
-    "propertyNames": {"pattern": r"^[a-z][a-z0-9_]*$"},
-    "x-expected": "a table of host data keys (lower-case names) to values",
-}
-
-_GROUP_PROPERTIES: dict[str, Any] = {
-    "instance_type": {
-        "type": "string",
-        "pattern": r"^[a-z][a-z0-9-]*\.[a-z0-9-]+$",
-        "x-expected": 'an EC2 instance type such as "g5.12xlarge"',
-    },
-    "market": {"enum": ["on-demand", "spot"], "x-expected": '"on-demand" or "spot"'},
-    "root_volume_gb": {
-        "type": "integer",
-        "minimum": 8,
-        "maximum": 16384,
-        "x-expected": "a root volume size in GB from 8 to 16384",
-    },
-    "host_data": _HOST_DATA,
-}
-
-_HEAD = {
-    "type": "object",
-    "properties": {
-        **_GROUP_PROPERTIES,
-        "count": {"const": 1, "x-expected": "1 (a cluster has exactly one head)"},
-    },
-    "required": ["instance_type"],
-    "additionalProperties": False,
-    "x-expected": "a table with instance_type and optionally market, root_volume_gb, host_data",
-}
-
-_WORKER = {
-    "type": "object",
-    "properties": {
-        **_GROUP_PROPERTIES,
-        "name": {
-            "type": "string",
-            "pattern": r"^[a-z][a-z0-9-]{0,19}$",
-            "x-expected": "a group name: lower-case letters, digits and '-', at most 20 characters",
-        },
-        "count": {"type": "integer", "minimum": 1, "maximum": 64, "x-expected": "an integer from 1 to 64"},
-    },
-    "required": ["name", "instance_type", "count"],
-    "additionalProperties": False,
-    "x-expected": "a table with name, instance_type, count and optionally market, root_volume_gb, host_data",
-}
-
-SCHEMA: dict[str, Any] = {
-    "$schema": "https://json-schema.org/draft/2020-12/schema",
-    "type": "object",
-    "properties": {
-        "name": {
-            "type": "string",
-            "pattern": r"^[a-z][a-z0-9-]{0,30}[a-z0-9]$",
-            "x-expected": "a cluster name: 2-32 lower-case letters, digits and '-', starting with a letter",
-        },
-        "region": {
-            "type": "string",
-            "pattern": r"^[a-z]{2}(-gov)?-[a-z]+-[0-9]$",
-            "x-expected": 'an AWS region such as "us-east-1"',
-        },
-        "owner": {
-            "type": "string",
-            "pattern": r"^[A-Za-z0-9_.:/=+@ -]{1,128}$",
-            "x-expected": "who owns the cluster, such as an e-mail address (1-128 characters)",
-        },
-        "ttl": {
-            "type": "string",
-            "pattern": _TTL,
-            "x-expected": 'a duration such as "12h", "7d" or "1d12h", at most 30d',
-        },
-        "admin_cidrs": {
-            "type": "array",
-            "minItems": 1,
-            "items": {"type": "string"},
-            "x-expected": 'a non-empty list of the CIDRs that may SSH in, such as ["198.51.100.0/24"]',
-        },
-        "allow_ssh_from_anywhere": {"type": "boolean", "x-expected": "true or false"},
-        "ssh_public_key": {"type": "string", "minLength": 1, "x-expected": "the path of an SSH public key (.pub)"},
-        "ssh_private_key": {"type": "string", "minLength": 1, "x-expected": "the path of the matching private key"},
-        "placement_group": {"type": "boolean", "x-expected": "true or false"},
-        "ami": {
-            "type": "object",
-            "properties": {
-                "id": {
-                    "type": "string",
-                    "pattern": r"^ami-([0-9a-f]{8}|[0-9a-f]{17})$",
-                    "x-expected": 'an AMI id such as "ami-0123456789abcdef0"',
-                },
-                "ssm_parameter": {
-                    "type": "string",
-                    "pattern": r"^/[A-Za-z0-9_.\-/]+$",
-                    "x-expected": "an SSM parameter name starting with '/' that holds an AMI id",
-                },
-                "ssh_user": {
-                    "type": "string",
-                    "pattern": r"^[a-z_][a-z0-9_-]{0,31}$",
-                    "x-expected": 'a Unix user name such as "ubuntu"',
-                },
-            },
-            "additionalProperties": False,
-            "x-expected": "a table with id or ssm_parameter, and optionally ssh_user",
-        },
-        "network": {
-            "type": "object",
-            "properties": {
-                "vpc_id": {"type": "string", "pattern": r"^vpc-[0-9a-f]{8,17}$", "x-expected": "a VPC id (vpc-...)"},
-                "subnet_id": {
-                    "type": "string",
-                    "pattern": r"^subnet-[0-9a-f]{8,17}$",
-                    "x-expected": "a subnet id (subnet-...)",
-                },
-                "vpc_cidr": {"type": "string", "x-expected": 'an IPv4 CIDR from /16 to /24, such as "10.42.0.0/16"'},
-                "subnet_cidr": {"type": "string", "x-expected": "an IPv4 CIDR inside vpc_cidr"},
-                "availability_zone": {
-                    "type": "string",
-                    "pattern": r"^[a-z]{2}(-gov)?-[a-z]+-[0-9][a-z]$",
-                    "x-expected": 'an availability zone of the region, such as "us-east-1a"',
-                },
-                "public_ips": {"type": "boolean", "x-expected": "true or false"},
-                "bastion": {
-                    "type": "string",
-                    "pattern": r"^([a-z_][a-z0-9_-]*@)?[A-Za-z0-9.-]+(:[0-9]{1,5})?$",
-                    "x-expected": 'a bastion host for ProxyJump, such as "ec2-user@bastion.example.com"',
-                },
-                "bastion_ssh_key": {"type": "string", "minLength": 1, "x-expected": "the path of a private key"},
-                "internet_egress": {"type": "boolean", "x-expected": "true or false"},
-            },
-            "additionalProperties": False,
-            "x-expected": "a table of network settings",
-        },
-        "head": _HEAD,
-        "workers": {"type": "array", "items": _WORKER, "x-expected": "an array of tables ([[workers]])"},
-        "host_data": _HOST_DATA,
-    },
-    "required": ["name", "region", "owner", "ttl", "admin_cidrs", "ssh_public_key", "ami", "head"],
-    "additionalProperties": False,
-}
 
 _VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
 
@@ -328,7 +188,7 @@ def parse_ttl(text: str) -> dt.timedelta:
     >>> parse_ttl("1d12h")
     datetime.timedelta(days=1, seconds=43200)
     """
-    match = re.fullmatch(_TTL, text)
+    match = re.fullmatch(TTL_PATTERN, text)
     if not match:
         raise ValueError(f"expected a duration such as '12h' or '7d', found {text!r}")
     days, hours, minutes = (int(g[:-1]) if g else 0 for g in match.groups())
@@ -551,8 +411,6 @@ def _group(data: Mapping[str, Any], name: str, role: str) -> GroupSpec:
 
 def _host_data_problems(source: str, key: str, data: Mapping[str, Any], under: Mapping[str, Any]) -> list[str]:
     """Reserved keys, then the deploy's own schema (deploy/schema.py) on the merged data."""
-    from deploy.schema import validate_host
-
     problems = [
         f"{source}: {key}.{k} = {data[k]!r}: expected no value: inventories/ec2.py sets {k} itself"
         for k in data

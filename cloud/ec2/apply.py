@@ -1,0 +1,333 @@
+"""Carry out a plan of ``rayrig cloud up``: one ensure-step per resource, in dependency order.
+
+Every step reads and extends one ``Build``: what the run knows (spec, AMI,
+what exists, the tags) and what it has made so far (VPC, subnet, security
+group, placement group). Whatever a step creates goes into the ledger, so
+that a failed run removes exactly that.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from cloud.ec2.ami import Ami
+from cloud.ec2.aws import (
+    LIVE_STATES,
+    TAG_GROUP,
+    TAG_ROLE,
+    TAG_SSH_USER,
+    Aws,
+    CloudError,
+    Progress,
+    aws_step,
+    created_filters,
+    instances_matching,
+)
+from cloud.ec2.plan import Existing, Plan, resource_name
+from cloud.ec2.rules import Rule, desired_rules, exposed_ray_ports, rules_of
+from cloud.ec2.spec import ClusterSpec, GroupSpec
+from cloud.ec2.teardown import Resources
+from cloud.ec2.waits import settled, wait_instances, wait_vpc_available
+
+
+class Ledger:
+    """What this run created, so that a failure removes exactly that."""
+
+    def __init__(self, say: Progress):
+        self.created: list[tuple[str, str]] = []
+        self.say = say
+
+    def add(self, kind: str, resource_id: str, text: str) -> None:
+        """Record one resource of ``kind`` (a ``Resources`` field) and say so."""
+        self.created.append((kind, resource_id))
+        self.say(f"  created {text} {resource_id}")
+
+    def resources(self) -> Resources:
+        """What was created, in deletion order."""
+        res = Resources()
+        for kind, rid in self.created:
+            res.add(kind, rid)
+        return res
+
+
+@dataclass
+class Build:
+    """One run of ``up``: its inputs, its ledger, and the ids the steps have settled on so far.
+
+    >>> apply(Build(aws, spec, ami, existing, ports, base_tags, Ledger(print), print, 900.0), plan)  # doctest: +SKIP
+    """
+
+    aws: Aws
+    spec: ClusterSpec
+    ami: Ami
+    existing: Existing
+    ports: Mapping[str, int]
+    base_tags: Mapping[str, str]
+    ledger: Ledger
+    say: Progress
+    timeout_s: float
+    vpc_id: str = ""
+    subnet_id: str = ""
+    internet_gateway_id: str = ""
+    group_id: str = ""
+    placement: str | None = None
+
+    @property
+    def ec2(self) -> Any:
+        """The EC2 client."""
+        return self.aws.ec2
+
+    @property
+    def name(self) -> str:
+        """The name of the security group, key pair and placement group (``rayrig-NAME``)."""
+        return resource_name(self.spec)
+
+    def tags(self, role: str, **extra: str) -> dict[str, str]:
+        """The tags of a resource with ``rayrig:role`` ``role``."""
+        return {"Name": f"{self.name}-{role}", **self.base_tags, TAG_ROLE: role, **extra}
+
+
+def tag_spec(resource_type: str, tags: Mapping[str, str]) -> list[dict[str, Any]]:
+    """``TagSpecifications`` that tag a resource of ``resource_type`` as it is created."""
+    return [{"ResourceType": resource_type, "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}]
+
+
+def apply(build: Build, plan: Plan) -> list[dict[str, Any]]:
+    """Ensure every resource of the cluster, in order; return its instances, described, once they run."""
+    if build.spec.network.existing:
+        build.vpc_id, build.subnet_id = build.spec.network.vpc_id or "", build.spec.network.subnet_id or ""
+    else:
+        with aws_step("creating the network", build.spec.region):
+            ensure_vpc(build)
+            ensure_internet_gateway(build)
+            ensure_subnet(build)
+            ensure_route_table(build)
+    ensure_security_group(build)
+    ensure_key_pair(build)
+    ensure_placement_group(build)
+    launch_instances(build, plan)
+    start_instances(build, plan)
+    return wait_running(build)
+
+
+def ensure_vpc(build: Build) -> None:
+    """The cluster's VPC, with DNS support and host names."""
+    ec2, vpc = build.ec2, build.existing.vpc
+    if vpc:
+        build.vpc_id = vpc["VpcId"]
+        return
+    build.vpc_id = ec2.create_vpc(
+        CidrBlock=build.spec.network.vpc_cidr, TagSpecifications=tag_spec("vpc", build.tags("vpc"))
+    )["Vpc"]["VpcId"]
+    build.ledger.add("vpcs", build.vpc_id, "VPC")
+    wait_vpc_available(build.aws, build.vpc_id)
+    settled(ec2.modify_vpc_attribute, VpcId=build.vpc_id, EnableDnsSupport={"Value": True})
+    settled(ec2.modify_vpc_attribute, VpcId=build.vpc_id, EnableDnsHostnames={"Value": True})
+
+
+def ensure_internet_gateway(build: Build) -> None:
+    """An internet gateway attached to the VPC."""
+    igw = build.existing.internet_gateway
+    igw_id = igw["InternetGatewayId"] if igw else None
+    if igw_id is None:
+        igw_id = build.ec2.create_internet_gateway(
+            TagSpecifications=tag_spec("internet-gateway", build.tags("internet-gateway"))
+        )["InternetGateway"]["InternetGatewayId"]
+        build.ledger.add("internet_gateways", igw_id, "internet gateway")
+    if not any(a.get("VpcId") == build.vpc_id for a in (igw or {}).get("Attachments", [])):
+        settled(build.ec2.attach_internet_gateway, InternetGatewayId=igw_id, VpcId=build.vpc_id)
+    build.internet_gateway_id = igw_id
+
+
+def ensure_subnet(build: Build) -> None:
+    """The cluster's subnet (in the spec's availability zone, if it names one)."""
+    if build.existing.subnet:
+        build.subnet_id = build.existing.subnet["SubnetId"]
+        return
+    net = build.spec.network
+    zone: dict[str, Any] = {"AvailabilityZone": net.availability_zone} if net.availability_zone else {}
+    build.subnet_id = settled(
+        build.ec2.create_subnet,
+        VpcId=build.vpc_id,
+        CidrBlock=net.subnet_cidr,
+        TagSpecifications=tag_spec("subnet", build.tags("subnet")),
+        **zone,
+    )["Subnet"]["SubnetId"]
+    build.ledger.add("subnets", build.subnet_id, "subnet")
+
+
+def ensure_route_table(build: Build) -> None:
+    """A route table with the default route through the gateway, associated with the subnet."""
+    ec2, rtb, igw_id = build.ec2, build.existing.route_table, build.internet_gateway_id
+    if rtb is None:
+        rtb = settled(
+            ec2.create_route_table,
+            VpcId=build.vpc_id,
+            TagSpecifications=tag_spec("route-table", build.tags("route-table")),
+        )["RouteTable"]
+        build.ledger.add("route_tables", rtb["RouteTableId"], "route table")
+    rtb_id = rtb["RouteTableId"]
+    if not any(
+        r.get("DestinationCidrBlock") == "0.0.0.0/0" and r.get("GatewayId") == igw_id for r in rtb.get("Routes", [])
+    ):
+        settled(ec2.create_route, RouteTableId=rtb_id, DestinationCidrBlock="0.0.0.0/0", GatewayId=igw_id)
+    if not any(a.get("SubnetId") == build.subnet_id for a in rtb.get("Associations", [])):
+        settled(ec2.associate_route_table, RouteTableId=rtb_id, SubnetId=build.subnet_id)
+
+
+def ensure_security_group(build: Build) -> None:
+    """The security group with exactly the desired rules; refuses one that exposes a Ray port."""
+    ec2, spec = build.ec2, build.spec
+    with aws_step("creating the security group", spec.region):
+        sg = build.existing.security_group
+        if sg and sg["VpcId"] != build.vpc_id:
+            raise CloudError(
+                f"the cluster's security group {sg['GroupId']} is in {sg['VpcId']}, not in {build.vpc_id}: "
+                f"run 'rayrig cloud down {spec.name}' before moving the cluster"
+            )
+        if sg is None:
+            group_id = settled(
+                ec2.create_security_group,
+                GroupName=build.name,
+                Description=f"rayrig cluster {spec.name}: SSH from admin CIDRs, everything else only within the group",
+                VpcId=build.vpc_id,
+                TagSpecifications=tag_spec("security-group", build.tags("security-group")),
+            )["GroupId"]
+            build.ledger.add("security_groups", group_id, "security group")
+            sg = settled(ec2.describe_security_groups, GroupIds=[group_id])["SecurityGroups"][0]
+        build.group_id = sg["GroupId"]
+        reconcile_rules(build.aws, sg, desired_rules(build.group_id, spec), build.say)
+        actual = rules_of(ec2.describe_security_groups(GroupIds=[build.group_id])["SecurityGroups"][0])
+    exposed = exposed_ray_ports(actual, build.ports)
+    if exposed:
+        raise CloudError(f"security group {build.group_id} exposes Ray ports: {'; '.join(exposed)}")
+
+
+def reconcile_rules(aws: Aws, group: Mapping[str, Any], desired: Mapping[Rule, str], say: Progress) -> None:
+    """Make the group's rules exactly ``desired``: add what is missing, revoke what is extra."""
+    ec2, group_id = aws.ec2, group["GroupId"]
+    actual = rules_of(group)
+    for rule in sorted(set(desired) - actual):
+        call = (
+            ec2.authorize_security_group_ingress if rule.direction == "ingress" else ec2.authorize_security_group_egress
+        )
+        settled(call, GroupId=group_id, IpPermissions=[rule.permission(desired[rule])])
+    extra = sorted(actual - set(desired))
+    for rule in extra:
+        say(f"  revoking a rule rayrig did not ask for: {rule}")
+        call = ec2.revoke_security_group_ingress if rule.direction == "ingress" else ec2.revoke_security_group_egress
+        call(GroupId=group_id, IpPermissions=[rule.permission()])
+
+
+def ensure_key_pair(build: Build) -> None:
+    """The key pair ``rayrig-NAME`` holding the spec's public key."""
+    spec = build.spec
+    with aws_step("importing the key pair", spec.region):
+        if build.existing.key_pair:
+            theirs = (build.existing.key_pair.get("PublicKey") or "").split()[:2]
+            ours = spec.public_key_material().decode().split()[:2]
+            if theirs and theirs != ours:
+                raise CloudError(
+                    f"key pair {build.name} holds another public key than {spec.ssh_public_key}; use the key it was "
+                    f"created with, or 'rayrig cloud down {spec.name}' first"
+                )
+            return
+        key_id = build.ec2.import_key_pair(
+            KeyName=build.name,
+            PublicKeyMaterial=spec.public_key_material(),
+            TagSpecifications=tag_spec("key-pair", build.tags("key-pair")),
+        )["KeyPairId"]
+        build.ledger.add("key_pairs", build.name, f"key pair ({key_id})")
+
+
+def ensure_placement_group(build: Build) -> None:
+    """A cluster placement group for the workers, when the spec asks for one and has workers."""
+    if not (build.spec.placement_group and build.spec.workers):
+        return
+    with aws_step("creating the placement group", build.spec.region):
+        if build.existing.placement_group is None:
+            build.ec2.create_placement_group(
+                GroupName=build.name,
+                Strategy="cluster",
+                TagSpecifications=tag_spec("placement-group", build.tags("placement-group")),
+            )
+            build.ledger.add("placement_groups", build.name, "placement group")
+        build.placement = build.name
+
+
+def launch_instances(build: Build, plan: Plan) -> None:
+    """Launch the instances the plan lacks, group by group."""
+    for group, count in plan.launches:
+        params = run_instances_params(build, group, count)
+        build.say(f"  launching {count} x {group.instance_type} ({group.market}) for {group.name}")
+        with aws_step(f"launching {count} x {group.instance_type} for {group.name}", build.spec.region):
+            launched = settled(build.ec2.run_instances, **params)["Instances"]
+        for instance in launched:
+            build.ledger.add("instances", instance["InstanceId"], f"{group.name} instance")
+
+
+def start_instances(build: Build, plan: Plan) -> None:
+    """Start the cluster's stopped instances."""
+    if plan.starts:
+        with aws_step("starting stopped instances", build.spec.region):
+            build.ec2.start_instances(InstanceIds=plan.starts)
+
+
+def run_instances_params(build: Build, group: GroupSpec, count: int) -> dict[str, Any]:
+    """The ``RunInstances`` parameters for ``count`` instances of ``group``: IMDSv2 only, encrypted gp3, tagged."""
+    role_tags = build.tags(group.role, **{TAG_GROUP: group.name, TAG_SSH_USER: build.ami.ssh_user})
+    role_tags["Name"] = f"{build.name}-{group.name}"
+    params: dict[str, Any] = {
+        "ImageId": build.ami.id,
+        "InstanceType": group.instance_type,
+        "MinCount": count,
+        "MaxCount": count,
+        "KeyName": build.name,
+        "ClientToken": f"rayrig-{build.spec.name}-{group.name}-{uuid.uuid4().hex[:16]}",
+        "NetworkInterfaces": [
+            {
+                "DeviceIndex": 0,
+                "SubnetId": build.subnet_id,
+                "Groups": [build.group_id],
+                "AssociatePublicIpAddress": build.spec.network.public_ips,
+                "DeleteOnTermination": True,
+            }
+        ],
+        "MetadataOptions": {"HttpTokens": "required", "HttpEndpoint": "enabled", "HttpPutResponseHopLimit": 1},
+        "BlockDeviceMappings": [
+            {
+                "DeviceName": build.ami.root_device,
+                "Ebs": {
+                    "VolumeSize": group.root_volume_gb,
+                    "VolumeType": "gp3",
+                    "Encrypted": True,
+                    "DeleteOnTermination": True,
+                },
+            }
+        ],
+        "TagSpecifications": [
+            *tag_spec("instance", role_tags),
+            *tag_spec("volume", role_tags),
+            *tag_spec("network-interface", role_tags),
+        ],
+    }
+    if group.spot:
+        params["InstanceMarketOptions"] = {
+            "MarketType": "spot",
+            "SpotOptions": {"SpotInstanceType": "one-time", "InstanceInterruptionBehavior": "terminate"},
+        }
+    if build.placement and group.role == "worker":
+        params["Placement"] = {"GroupName": build.placement}
+    return params
+
+
+def wait_running(build: Build) -> list[dict[str, Any]]:
+    """Wait until every live instance of the cluster runs; return them described."""
+    live = [*created_filters(build.spec.name), {"Name": "instance-state-name", "Values": LIVE_STATES}]
+    with aws_step("listing the cluster's instances", build.spec.region):
+        ids = [i["InstanceId"] for i in instances_matching(build.aws, live)]
+    build.say(f"  waiting for {len(ids)} instance(s) to run")
+    return wait_instances(build.aws, ids, "running", build.timeout_s, fail_states=("shutting-down", "terminated"))

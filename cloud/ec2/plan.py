@@ -1,0 +1,269 @@
+"""What ``rayrig cloud up`` finds and what it will do: discover the cluster by its tags, then plan.
+
+``discover`` reads what the cluster already has (and checks the spec's own
+VPC and subnet); ``make_plan`` works out what to create, reuse and start, and
+the hourly cost; ``plan_summary`` is the text the user confirms.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from cloud.ec2 import prices
+from cloud.ec2.ami import Ami
+from cloud.ec2.aws import (
+    LIVE_STATES,
+    TAG_CLUSTER,
+    TAG_CREATED,
+    TAG_CREATED_AT,
+    TAG_EXPIRES,
+    TAG_GROUP,
+    Aws,
+    CloudError,
+    aws_step,
+    created_filters,
+    explain_error,
+    instances_matching,
+    is_gone,
+    paginate,
+    parse_time,
+    tags_of,
+)
+from cloud.ec2.rules import ports_text
+from cloud.ec2.spec import ClusterSpec, GroupSpec
+
+
+@dataclass
+class Existing:
+    """What a cluster already has, found by its tags."""
+
+    vpc: dict[str, Any] | None = None
+    subnet: dict[str, Any] | None = None
+    internet_gateway: dict[str, Any] | None = None
+    route_table: dict[str, Any] | None = None
+    security_group: dict[str, Any] | None = None
+    key_pair: dict[str, Any] | None = None
+    placement_group: dict[str, Any] | None = None
+    instances: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    expires_at: dt.datetime | None = None
+    created_at: dt.datetime | None = None
+
+
+def resource_name(spec_or_name: ClusterSpec | str) -> str:
+    """The name of the cluster's security group, key pair and placement group: ``rayrig-NAME``."""
+    name = spec_or_name if isinstance(spec_or_name, str) else spec_or_name.name
+    return f"rayrig-{name}"
+
+
+def _one(items: list[dict[str, Any]], what: str, name: str, key: str) -> dict[str, Any] | None:
+    if len(items) > 1:
+        ids = ", ".join(str(i.get(key)) for i in items)
+        raise CloudError(
+            f"cluster {name} has {len(items)} {what}s tagged as its own ({ids}); "
+            f"run 'rayrig cloud down {name}' and up again"
+        )
+    return items[0] if items else None
+
+
+def discover(aws: Aws, spec: ClusterSpec) -> Existing:
+    """Find what the cluster of ``spec`` already has (by tag), and check the spec's own VPC/subnet."""
+    found = Existing()
+    stamps: list[dict[str, str]] = []
+    with aws_step(f"looking for the existing resources of cluster {spec.name}", spec.region):
+        if spec.network.existing:
+            _check_own_network(aws, spec, found)
+        else:
+            _discover_network(aws, spec.name, found)
+            stamps += [tags_of(r) for r in (found.vpc, found.subnet, found.internet_gateway, found.route_table) if r]
+        _discover_access(aws, spec, found)
+        live = [*created_filters(spec.name), {"Name": "instance-state-name", "Values": LIVE_STATES}]
+        for instance in instances_matching(aws, live):
+            tags = tags_of(instance)
+            found.instances.setdefault(tags.get(TAG_GROUP, "?"), []).append(instance)
+            stamps.append(tags)
+    stamps += [tags_of(r) for r in (found.security_group, found.key_pair, found.placement_group) if r]
+    expiries = [t for t in (parse_time(s.get(TAG_EXPIRES)) for s in stamps) if t]
+    births = [t for t in (parse_time(s.get(TAG_CREATED_AT)) for s in stamps) if t]
+    found.expires_at = min(expiries) if expiries else None
+    found.created_at = min(births) if births else None
+    return found
+
+
+def _check_own_network(aws: Aws, spec: ClusterSpec, found: Existing) -> None:
+    """The VPC and subnet the spec names: they must exist, the subnet inside the VPC."""
+    net = spec.network
+    try:
+        found.vpc = aws.ec2.describe_vpcs(VpcIds=[net.vpc_id])["Vpcs"][0]
+        found.subnet = aws.ec2.describe_subnets(SubnetIds=[net.subnet_id])["Subnets"][0]
+    except ClientError as exc:
+        if not is_gone(exc):
+            raise
+        raise CloudError(
+            f"{spec.path}: network: {explain_error(exc, 'checking network.vpc_id and subnet_id')}"
+        ) from None
+    if found.subnet["VpcId"] != net.vpc_id:
+        raise CloudError(
+            f"{spec.path}: network.subnet_id = {net.subnet_id!r}: expected a subnet of {net.vpc_id}, "
+            f"found one of {found.subnet['VpcId']}"
+        )
+
+
+def _discover_network(aws: Aws, name: str, found: Existing) -> None:
+    """The VPC, subnet, internet gateway and route table rayrig made for the cluster, if any."""
+    ec2 = aws.ec2
+    found.vpc = _one(paginate(ec2, "describe_vpcs", "Vpcs", Filters=created_filters(name, "vpc")), "VPC", name, "VpcId")
+    found.subnet = _one(
+        paginate(ec2, "describe_subnets", "Subnets", Filters=created_filters(name, "subnet")),
+        "subnet",
+        name,
+        "SubnetId",
+    )
+    found.internet_gateway = _one(
+        paginate(
+            ec2, "describe_internet_gateways", "InternetGateways", Filters=created_filters(name, "internet-gateway")
+        ),
+        "internet gateway",
+        name,
+        "InternetGatewayId",
+    )
+    found.route_table = _one(
+        paginate(ec2, "describe_route_tables", "RouteTables", Filters=created_filters(name, "route-table")),
+        "route table",
+        name,
+        "RouteTableId",
+    )
+
+
+def _discover_access(aws: Aws, spec: ClusterSpec, found: Existing) -> None:
+    """The cluster's security group, key pair and placement group, if any."""
+    ec2, name = aws.ec2, spec.name
+    found.security_group = _one(
+        paginate(ec2, "describe_security_groups", "SecurityGroups", Filters=created_filters(name, "security-group")),
+        "security group",
+        name,
+        "GroupId",
+    )
+    try:
+        keys = ec2.describe_key_pairs(KeyNames=[resource_name(spec)], IncludePublicKey=True)["KeyPairs"]
+    except ClientError as exc:
+        if not is_gone(exc):
+            raise
+        keys = []
+    if keys:
+        tags = tags_of(keys[0])
+        if tags.get(TAG_CLUSTER) != name or tags.get(TAG_CREATED) != "true":
+            raise CloudError(
+                f"a key pair named {resource_name(spec)} exists in {spec.region} but rayrig did not create it "
+                f"for cluster {name}; delete or rename it, or choose another cluster name"
+            )
+        found.key_pair = keys[0]
+    if spec.placement_group and spec.workers:
+        found.placement_group = _one(
+            [
+                p
+                for p in ec2.describe_placement_groups(Filters=created_filters(name)).get("PlacementGroups", [])
+                if p.get("State") not in ("deleted", "deleting")
+            ],
+            "placement group",
+            name,
+            "GroupName",
+        )
+
+
+@dataclass
+class Plan:
+    """What ``up`` will do: one line per resource, the launches, and the cost."""
+
+    lines: list[tuple[str, str]] = field(default_factory=list)  # (action, text)
+    launches: list[tuple[GroupSpec, int]] = field(default_factory=list)
+    starts: list[str] = field(default_factory=list)
+    hourly_usd: float = 0.0
+    unpriced: list[str] = field(default_factory=list)
+
+    @property
+    def creates(self) -> bool:
+        """Whether the plan creates anything (or starts stopped instances)."""
+        return any(action in ("create", "start") for action, _ in self.lines)
+
+
+def make_plan(spec: ClusterSpec, existing: Existing, ports: Mapping[str, int]) -> Plan:
+    """Work out what ``up`` creates, reuses and starts, and what the cluster costs per hour."""
+    plan = Plan()
+    net = spec.network
+    name = resource_name(spec)
+
+    def line(action: str, text: str) -> None:
+        plan.lines.append((action, text))
+
+    if net.existing:
+        line("use", f"VPC {net.vpc_id} and subnet {net.subnet_id} from the spec (rayrig never deletes them)")
+    else:
+        for res, key, text in (
+            (existing.vpc, "VpcId", f"VPC {net.vpc_cidr}"),
+            (existing.internet_gateway, "InternetGatewayId", "internet gateway"),
+            (
+                existing.subnet,
+                "SubnetId",
+                f"subnet {net.subnet_cidr}" + (f" in {net.availability_zone}" if net.availability_zone else ""),
+            ),
+            (existing.route_table, "RouteTableId", "route table with a default route to the internet gateway"),
+        ):
+            line("reuse" if res else "create", text + (f" ({res[key]})" if res else ""))
+    ssh_from = ", ".join(spec.admin_cidrs)
+    rules = (
+        f"SSH (tcp 22) from {ssh_from} only; all traffic within the group, Ray ports {ports_text(ports)} included; "
+        + ("outbound internet" if net.internet_egress else "no outbound internet")
+    )
+    sg = existing.security_group
+    line("reuse" if sg else "create", f"security group {name}" + (f" ({sg['GroupId']})" if sg else "") + f": {rules}")
+    line("reuse" if existing.key_pair else "create", f"key pair {name} from {spec.ssh_public_key}")
+    if spec.placement_group and spec.workers:
+        line(
+            "reuse" if existing.placement_group else "create",
+            f"placement group {name} (cluster strategy) for the workers",
+        )
+
+    counts: dict[str, int] = {}
+    for group in spec.groups:
+        have = existing.instances.get(group.name, [])
+        stopped = [i["InstanceId"] for i in have if i["State"]["Name"] in ("stopped", "stopping")]
+        missing = group.count - len(have)
+        rate = prices.hourly_usd(group.instance_type)
+        cost = f"${rate * group.count:,.2f}/h" if rate is not None else "price unknown"
+        what = (
+            f"{group.name}: {group.count} x {group.instance_type} {group.market}, "
+            f"{group.root_volume_gb} GB encrypted gp3, IMDSv2 only ({cost})"
+        )
+        if missing > 0:
+            plan.launches.append((group, missing))
+            line("create", what + (f"; {len(have)} exist, {missing} to launch" if have else ""))
+        else:
+            line("reuse", what + (f"; {len(have)} exist, up never removes instances" if missing < 0 else ""))
+        if stopped:
+            plan.starts += stopped
+            line("start", f"{group.name}: {len(stopped)} stopped instance(s) {', '.join(stopped)}")
+        counts[group.instance_type] = counts.get(group.instance_type, 0) + max(group.count, len(have))
+    plan.hourly_usd, plan.unpriced = prices.estimate(counts)
+    return plan
+
+
+def plan_summary(spec: ClusterSpec, ami: Ami, plan: Plan, expires_at: dt.datetime) -> list[str]:
+    """The plan as the user reads it: what is created or reused, the AMI, the expiry and the cost estimate."""
+    lines = [
+        f"Cluster {spec.name} in {spec.region}, owner {spec.owner}, "
+        f"expires {expires_at:%Y-%m-%d %H:%M} UTC (ttl {spec.ttl_text} from the first up)"
+    ]
+    lines += [f"  {action:7s} {text}" for action, text in plan.lines]
+    lines.append(f"  AMI     {ami.id} ({ami.name or 'no name'}), SSH user {ami.ssh_user}")
+    hours = spec.ttl.total_seconds() / 3600
+    unknown = f" plus {', '.join(plan.unpriced)} (not in the price table)" if plan.unpriced else ""
+    lines.append(
+        f"Estimated cost: ${plan.hourly_usd:,.2f}/h{unknown}, about ${plan.hourly_usd * hours:,.0f} "
+        f"if it runs for the whole ttl ({prices.PRICE_NOTE})."
+    )
+    return lines

@@ -1,0 +1,324 @@
+"""What a cluster has, taking it down, listing clusters, and reaping the expired ones.
+
+``down`` deletes what carries ``rayrig:created=true`` and the cluster's tag,
+then lists whatever still carries the tag. ``list_clusters`` gathers clusters
+from their tags; ``reap`` takes down those whose ``rayrig:expires-at`` passed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import fcntl
+import re
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from cloud.ec2 import prices
+from cloud.ec2.aws import (
+    LIVE_STATES,
+    TAG_CLUSTER,
+    TAG_CREATED_AT,
+    TAG_EXPIRES,
+    TAG_OWNER,
+    Aws,
+    CloudError,
+    Confirm,
+    Progress,
+    aws_step,
+    connect,
+    created_filters,
+    instances_matching,
+    paginate,
+    parse_time,
+    tag_filter,
+    tags_of,
+    utc_now,
+)
+from cloud.ec2.state import ec2_state_dir, forget_state, load_state
+from cloud.ec2.waits import WAIT_TIMEOUT_S, delete_when_free, wait_instances
+
+
+@dataclass
+class Resources:
+    """Resources by kind, in the order they must be deleted."""
+
+    instances: list[str] = field(default_factory=list)
+    placement_groups: list[str] = field(default_factory=list)
+    security_groups: list[str] = field(default_factory=list)
+    key_pairs: list[str] = field(default_factory=list)
+    route_tables: list[str] = field(default_factory=list)
+    subnets: list[str] = field(default_factory=list)
+    internet_gateways: list[str] = field(default_factory=list)
+    vpcs: list[str] = field(default_factory=list)
+
+    def add(self, kind: str, resource_id: str) -> None:
+        """Record one resource of ``kind`` (a field name)."""
+        getattr(self, kind).append(resource_id)
+
+    def items(self) -> list[tuple[str, str]]:
+        """(kind, id) pairs in deletion order."""
+        return [(kind, rid) for kind in self.__dataclass_fields__ for rid in getattr(self, kind)]
+
+    def __bool__(self) -> bool:
+        return bool(self.items())
+
+
+def find_created(aws: Aws, name: str) -> Resources:
+    """What rayrig created for cluster ``name`` (tags ``rayrig:cluster=name`` and ``rayrig:created=true``)."""
+    ec2 = aws.ec2
+    filters = created_filters(name)
+    res = Resources()
+    with aws_step(f"listing the resources of cluster {name}", aws.region):
+        live = [*filters, {"Name": "instance-state-name", "Values": LIVE_STATES}]
+        res.instances = [i["InstanceId"] for i in instances_matching(aws, live)]
+        pgs = ec2.describe_placement_groups(Filters=filters).get("PlacementGroups", [])
+        res.placement_groups = [p["GroupName"] for p in pgs if p.get("State") not in ("deleted", "deleting")]
+        res.security_groups = [
+            g["GroupId"] for g in paginate(ec2, "describe_security_groups", "SecurityGroups", Filters=filters)
+        ]
+        res.key_pairs = [k["KeyName"] for k in ec2.describe_key_pairs(Filters=filters).get("KeyPairs", [])]
+        res.route_tables = [
+            r["RouteTableId"] for r in paginate(ec2, "describe_route_tables", "RouteTables", Filters=filters)
+        ]
+        res.subnets = [s["SubnetId"] for s in paginate(ec2, "describe_subnets", "Subnets", Filters=filters)]
+        res.internet_gateways = [
+            g["InternetGatewayId"]
+            for g in paginate(ec2, "describe_internet_gateways", "InternetGateways", Filters=filters)
+        ]
+        res.vpcs = [v["VpcId"] for v in paginate(ec2, "describe_vpcs", "Vpcs", Filters=filters)]
+    return res
+
+
+def tagged_leftovers(aws: Aws, name: str) -> list[str]:
+    """Everything that still carries ``rayrig:cluster=name``, created by rayrig or not, as lines."""
+    ec2 = aws.ec2
+    filters = [tag_filter(TAG_CLUSTER, name)]
+    found: list[str] = []
+    with aws_step(f"listing what carries the tag {TAG_CLUSTER}={name}", aws.region):
+        for i in instances_matching(aws, filters):
+            if i["State"]["Name"] != "terminated":
+                found.append(f"instance {i['InstanceId']} ({i['State']['Name']})")
+        for p in ec2.describe_placement_groups(Filters=filters).get("PlacementGroups", []):
+            if p.get("State") != "deleted":
+                found.append(f"placement group {p['GroupName']}")
+        for g in paginate(ec2, "describe_security_groups", "SecurityGroups", Filters=filters):
+            found.append(f"security group {g['GroupId']} ({g.get('GroupName')})")
+        for k in ec2.describe_key_pairs(Filters=filters).get("KeyPairs", []):
+            found.append(f"key pair {k['KeyName']}")
+        for r in paginate(ec2, "describe_route_tables", "RouteTables", Filters=filters):
+            found.append(f"route table {r['RouteTableId']}")
+        for s in paginate(ec2, "describe_subnets", "Subnets", Filters=filters):
+            found.append(f"subnet {s['SubnetId']}")
+        for g in paginate(ec2, "describe_internet_gateways", "InternetGateways", Filters=filters):
+            found.append(f"internet gateway {g['InternetGatewayId']}")
+        for v in paginate(ec2, "describe_vpcs", "Vpcs", Filters=filters):
+            found.append(f"VPC {v['VpcId']}")
+        for v in paginate(ec2, "describe_volumes", "Volumes", Filters=filters):
+            found.append(f"volume {v['VolumeId']} ({v.get('State')})")
+        for n in paginate(ec2, "describe_network_interfaces", "NetworkInterfaces", Filters=filters):
+            found.append(f"network interface {n['NetworkInterfaceId']} ({n.get('Status')})")
+    return found
+
+
+def delete_resources(aws: Aws, res: Resources, *, say: Progress, timeout_s: float = WAIT_TIMEOUT_S) -> list[str]:
+    """Delete ``res`` in dependency order; return one line per thing that could not be deleted."""
+    ec2 = aws.ec2
+    failures: list[str] = []
+    if res.instances:
+        say(f"  terminating {len(res.instances)} instance(s): {', '.join(res.instances)}")
+        try:
+            with aws_step("terminating instances", aws.region):
+                ec2.terminate_instances(InstanceIds=res.instances)
+            wait_instances(aws, res.instances, "terminated", timeout_s)
+        except CloudError as exc:
+            failures.append(str(exc))
+    # After the instances, in dependency order: what each kind is called, its ids, how to delete one.
+    kinds: list[tuple[str, list[str], Callable[[str], Any]]] = [
+        ("placement group", res.placement_groups, lambda n: ec2.delete_placement_group(GroupName=n)),
+        ("security group", res.security_groups, lambda g: ec2.delete_security_group(GroupId=g)),
+        ("key pair", res.key_pairs, lambda k: ec2.delete_key_pair(KeyName=k)),
+        ("route table", res.route_tables, lambda r: _delete_route_table(aws, r)),
+        ("subnet", res.subnets, lambda s: ec2.delete_subnet(SubnetId=s)),
+        ("internet gateway", res.internet_gateways, lambda g: _delete_internet_gateway(aws, g)),
+        ("VPC", res.vpcs, lambda v: ec2.delete_vpc(VpcId=v)),
+    ]
+    for kind, ids, delete in kinds:
+        for rid in ids:
+            say(f"  deleting {kind} {rid}")
+            delete_when_free(aws, f"{kind} {rid}", lambda d=delete, r=rid: d(r), timeout_s, failures)
+    return failures
+
+
+def _delete_route_table(aws: Aws, rtb: str) -> None:
+    tables = aws.ec2.describe_route_tables(RouteTableIds=[rtb])["RouteTables"]
+    for assoc in tables[0].get("Associations", []) if tables else []:
+        if not assoc.get("Main"):
+            aws.ec2.disassociate_route_table(AssociationId=assoc["RouteTableAssociationId"])
+    aws.ec2.delete_route_table(RouteTableId=rtb)
+
+
+def _delete_internet_gateway(aws: Aws, igw: str) -> None:
+    gateways = aws.ec2.describe_internet_gateways(InternetGatewayIds=[igw])["InternetGateways"]
+    for attachment in gateways[0].get("Attachments", []) if gateways else []:
+        aws.ec2.detach_internet_gateway(InternetGatewayId=igw, VpcId=attachment["VpcId"])
+    aws.ec2.delete_internet_gateway(InternetGatewayId=igw)
+
+
+_NAME = re.compile(r"^[a-z][a-z0-9-]{0,30}[a-z0-9]$")
+
+
+def down(name: str, region: str | None = None, *, aws: Aws | None = None, say: Progress,
+         timeout_s: float = WAIT_TIMEOUT_S) -> int:  # fmt: skip
+    """Delete what rayrig created for cluster ``name``; return 0 if nothing carries its tag afterwards, else 1."""
+    if not _NAME.match(name):
+        raise CloudError(f"cluster name {name!r}: expected 2-32 lower-case letters, digits and '-'")
+    if aws is None:
+        aws = connect(region or load_state(name).get("region"))
+    res = find_created(aws, name)
+    if res:
+        say(f"Taking down cluster {name} in {aws.region}: {len(res.items())} resource(s)")
+        failures = delete_resources(aws, res, say=say, timeout_s=timeout_s)
+        for failure in failures:
+            say(f"  could not delete: {failure}")
+    else:
+        say(f"rayrig created nothing for cluster {name} in {aws.region} (or it is gone already)")
+    left = tagged_leftovers(aws, name)
+    if left:
+        say(f"Still tagged {TAG_CLUSTER}={name} in {aws.region} ({len(left)}):")
+        for line in left:
+            say(f"  {line}")
+        return 1
+    say(f"Nothing is left with the tag {TAG_CLUSTER}={name} in {aws.region}.")
+    forget_state(name)
+    return 0
+
+
+@dataclass
+class ClusterInfo:
+    """A cluster as ``rayrig cloud ls`` shows it, gathered from tags."""
+
+    name: str
+    region: str
+    owner: str | None = None
+    created_at: dt.datetime | None = None
+    expires_at: dt.datetime | None = None
+    expiry_text: str | None = None
+    running: dict[str, int] = field(default_factory=dict)
+    spot: int = 0
+    hourly_usd: float = 0.0
+    unpriced: list[str] = field(default_factory=list)
+    resources: int = 0
+
+    def expired(self, now: dt.datetime) -> bool:
+        """Whether the cluster's expiry has passed (a cluster without a readable expiry never expires)."""
+        return self.expires_at is not None and self.expires_at <= now
+
+
+def list_clusters(aws: Aws) -> list[ClusterInfo]:
+    """Every cluster in the region that carries rayrig's tags, sorted by name."""
+    ec2 = aws.ec2
+    tagged = [{"Name": "tag-key", "Values": [TAG_CLUSTER]}]
+    clusters: dict[str, ClusterInfo] = {}
+    expiries: dict[str, list[str]] = {}
+
+    def note(resource: Mapping[str, Any], launched: dt.datetime | None = None) -> ClusterInfo:
+        tags = tags_of(resource)
+        info = clusters.setdefault(tags[TAG_CLUSTER], ClusterInfo(tags[TAG_CLUSTER], aws.region))
+        info.resources += 1
+        info.owner = info.owner or tags.get(TAG_OWNER)
+        if TAG_EXPIRES in tags:
+            expiries.setdefault(info.name, []).append(tags[TAG_EXPIRES])
+        born = parse_time(tags.get(TAG_CREATED_AT)) or launched
+        if born and (info.created_at is None or born < info.created_at):
+            info.created_at = born
+        return info
+
+    with aws_step("listing clusters", aws.region):
+        for instance in instances_matching(aws, tagged):
+            if instance["State"]["Name"] == "terminated":
+                continue
+            info = note(instance, instance.get("LaunchTime"))
+            if instance["State"]["Name"] in ("pending", "running"):
+                itype = instance["InstanceType"]
+                info.running[itype] = info.running.get(itype, 0) + 1
+                info.spot += instance.get("InstanceLifecycle") == "spot"
+        for group in paginate(ec2, "describe_security_groups", "SecurityGroups", Filters=tagged):
+            note(group)
+        for vpc in paginate(ec2, "describe_vpcs", "Vpcs", Filters=tagged):
+            note(vpc)
+        for key in ec2.describe_key_pairs(Filters=tagged).get("KeyPairs", []):
+            note(key)
+        for pg in ec2.describe_placement_groups(Filters=tagged).get("PlacementGroups", []):
+            if pg.get("State") not in ("deleted", "deleting"):
+                note(pg)
+    for info in clusters.values():
+        texts = expiries.get(info.name, [])
+        parsed = [t for t in map(parse_time, texts) if t]
+        info.expires_at = min(parsed) if parsed else None
+        info.expiry_text = min(texts) if texts else None
+        info.hourly_usd, info.unpriced = prices.estimate(info.running)
+    return [clusters[n] for n in sorted(clusters)]
+
+
+@contextlib.contextmanager
+def reap_lock() -> Iterator[None]:
+    """Hold the reap lock (``<state>/ec2/reap.lock``) for the block; ``CloudError`` if another reap holds it."""
+    folder = ec2_state_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / "reap.lock", "w", encoding="utf-8") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise CloudError(f"another 'rayrig cloud reap' is running (lock {folder / 'reap.lock'})") from None
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def reap(
+    region: str | None = None,
+    *,
+    assume_yes: bool = False,
+    confirm: Confirm | None = None,
+    now: dt.datetime | None = None,
+    say: Progress,
+    timeout_s: float = WAIT_TIMEOUT_S,
+) -> int:
+    """Take down every expired cluster in the region; 0 when all of them are gone, else 1.
+
+    Safe from cron (with ``assume_yes``): it touches only clusters whose
+    ``rayrig:expires-at`` has passed, never one without a readable expiry, and
+    two reaps do not run at once. Without ``assume_yes`` it asks ``confirm``;
+    without either it only lists what it would take down.
+    """
+    now = now or utc_now()
+    with reap_lock():
+        aws = connect(region)
+        clusters = list_clusters(aws)
+        for c in clusters:
+            if c.expires_at is None:
+                say(f"skipping {c.name}: no readable {TAG_EXPIRES} tag ({c.expiry_text!r}); take it down by hand")
+        expired = [c for c in clusters if c.expired(now)]
+        if not expired:
+            say(f"No expired cluster in {aws.region} ({len(clusters)} cluster(s) checked).")
+            return 0
+        for c in expired:
+            say(f"expired: {c.name} (owner {c.owner or '?'}, expired {c.expires_at:%Y-%m-%d %H:%M} UTC)")
+        if not assume_yes:
+            if confirm is None:
+                say("Dry run: pass --yes to take these down.")
+                return 0
+            if not confirm(f"Take down {len(expired)} expired cluster(s)?"):
+                say("Nothing was taken down.")
+                return 0
+        status = 0
+        for c in expired:
+            try:
+                status |= down(c.name, aws=aws, say=say, timeout_s=timeout_s)
+            except CloudError as exc:
+                say(f"could not take down {c.name}: {exc}")
+                status = 1
+        return status

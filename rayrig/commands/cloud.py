@@ -1,0 +1,169 @@
+"""``rayrig cloud up|down|ls|reap``: EC2 clusters for a sprint (the work is done by ``cloud.ec2``).
+
+Each command prints progress on stdout and one-line errors on stderr, and
+returns 0 on success, 1 on failure, 2 for a bad spec.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import sys
+from pathlib import Path
+
+from cloud.ec2 import (
+    WAIT_TIMEOUT_S,
+    CloudError,
+    ClusterInfo,
+    SpecError,
+    connect,
+    down,
+    list_clusters,
+    load_spec,
+    reap,
+    up,
+)
+from cloud.ec2.aws import utc_now
+from cloud.ec2.prices import PRICE_NOTE
+
+
+def ask(question: str) -> bool:
+    """Ask ``question`` on the terminal; True for yes. Without a terminal, a ``CloudError`` that asks for --yes."""
+    if not sys.stdin.isatty():
+        raise CloudError("not confirmed: stdin is not a terminal; pass --yes to create without asking")
+    try:
+        answer = input(f"{question} [y/N] ")
+    except EOFError:
+        return False
+    return answer.strip().lower() in ("y", "yes")
+
+
+def _span(delta: dt.timedelta) -> str:
+    seconds = int(abs(delta.total_seconds()))
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    text = f"{days}d{hours:02d}h" if days else f"{hours}h{rest // 60:02d}m"
+    return f"-{text}" if delta.total_seconds() < 0 else text
+
+
+def format_clusters(clusters: list[ClusterInfo], now: dt.datetime) -> list[str]:
+    """``rayrig cloud ls`` lines: name, owner, age, expiry, instance types, running cost."""
+    rows = [("NAME", "OWNER", "AGE", "EXPIRES (UTC)", "LEFT", "RUNNING", "$/H")]
+    for c in clusters:
+        running = ", ".join(f"{n} x {t}" for t, n in sorted(c.running.items())) or "-"
+        if c.spot:
+            running += f" ({c.spot} spot)"
+        cost = f"{c.hourly_usd:,.2f}" + ("+?" if c.unpriced else "") + ("*" if c.spot else "")
+        rows.append(
+            (
+                c.name,
+                c.owner or "?",
+                _span(now - c.created_at) if c.created_at else "?",
+                f"{c.expires_at:%Y-%m-%d %H:%M}" if c.expires_at else f"unreadable: {c.expiry_text!r}",
+                ("EXPIRED" if c.expired(now) else _span(c.expires_at - now)) if c.expires_at else "never",
+                running,
+                cost,
+            )
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows]
+    if any(c.spot for c in clusters):
+        lines.append(f"* spot instances priced at the on-demand rate, an upper bound ({PRICE_NOTE})")
+    else:
+        lines.append(f"$/h: {PRICE_NOTE}")
+    return lines
+
+
+def up_cmd(args: argparse.Namespace) -> int:
+    """``rayrig cloud up SPEC``: 0 once the cluster runs and SSH answers, 1 on failure, 2 for a bad spec."""
+    try:
+        spec = load_spec(args.spec)
+    except SpecError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    try:
+        result = up(
+            spec, assume_yes=args.yes, confirm=ask, wait_ssh=not args.no_wait_ssh, timeout_s=args.timeout, say=print
+        )
+    except CloudError as exc:
+        print(f"rayrig cloud up: {exc}", file=sys.stderr)
+        return 1
+    if result.ssh_pending:
+        print(
+            f"rayrig cloud up: SSH did not answer within {args.timeout:.0f}s on {', '.join(result.ssh_pending)}; "
+            f"check that admin_cidrs holds your address. The cluster stays up; "
+            f"'rayrig cloud down {spec.name}' removes it.",
+            file=sys.stderr,
+        )
+        return 1
+    return 0
+
+
+def down_cmd(args: argparse.Namespace) -> int:
+    """``rayrig cloud down NAME``: 0 when nothing carries the cluster's tag any more."""
+    try:
+        return down(args.name, args.region, timeout_s=args.timeout, say=print)
+    except CloudError as exc:
+        print(f"rayrig cloud down: {exc}", file=sys.stderr)
+        return 1
+
+
+def ls_cmd(args: argparse.Namespace) -> int:
+    """``rayrig cloud ls``: the region's clusters as a table."""
+    try:
+        aws = connect(args.region)
+        clusters = list_clusters(aws)
+    except CloudError as exc:
+        print(f"rayrig cloud ls: {exc}", file=sys.stderr)
+        return 1
+    if not clusters:
+        print(f"No rayrig cluster in {aws.region}.")
+        return 0
+    for line in format_clusters(clusters, utc_now()):
+        print(line)
+    return 0
+
+
+def reap_cmd(args: argparse.Namespace) -> int:
+    """``rayrig cloud reap``: take down the expired clusters (asks on a terminal, a dry run without one)."""
+    try:
+        confirm = ask if sys.stdin.isatty() else None
+        return reap(args.region, assume_yes=args.yes, confirm=confirm, timeout_s=args.timeout, say=print)
+    except CloudError as exc:
+        print(f"rayrig cloud reap: {exc}", file=sys.stderr)
+        return 1
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``rayrig cloud up|down|ls|reap`` to the CLI; each leaf sets ``func`` (args -> exit status)."""
+    cloud = subparsers.add_parser("cloud", help="EC2 clusters for a sprint: up, down, ls, reap")
+    sub = cloud.add_subparsers(dest="cloud_command", required=True, metavar="COMMAND")
+
+    def timeout(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument(
+            "--timeout", type=float, default=WAIT_TIMEOUT_S, metavar="S",
+            help="limit of each wait in seconds (default: %(default).0f)",
+        )  # fmt: skip
+
+    up_ = sub.add_parser("up", help="create (or complete) the cluster a spec describes")
+    up_.add_argument("spec", type=Path, help="cluster spec (TOML), e.g. examples/sprint42.toml")
+    up_.add_argument("--yes", "-y", action="store_true", help="create without asking")
+    up_.add_argument("--no-wait-ssh", action="store_true", help="do not wait for SSH to answer")
+    timeout(up_)
+    up_.set_defaults(func=up_cmd)
+
+    down_ = sub.add_parser("down", help="delete everything rayrig created for a cluster")
+    down_.add_argument("name", help="the cluster's name")
+    down_.add_argument("--region", help="default: the region recorded by up, else boto3's")
+    timeout(down_)
+    down_.set_defaults(func=down_cmd)
+
+    ls = sub.add_parser("ls", help="list clusters with age, expiry, instances and running cost")
+    ls.add_argument("--region", help="default: boto3's region")
+    ls.set_defaults(func=ls_cmd)
+
+    reap_ = sub.add_parser("reap", help="take down every expired cluster (for cron: --yes)")
+    reap_.add_argument("--region", help="default: boto3's region")
+    reap_.add_argument("--yes", "-y", action="store_true", help="take them down without asking")
+    timeout(reap_)
+    reap_.set_defaults(func=reap_cmd)

@@ -44,17 +44,20 @@ from typing import Any
 
 from cloud.ssh import ssh_answers
 from deploy.paths import state_dir
-from rayrig import image as images
+from images import RAY_VERSION, context_dir
+from images.build import build_image, context_files, docker_build, push_image
+from images.stream import stream_command
+from images.wheelhouse import build_wheelhouse
 
 Progress = Callable[[str], None]
 
 DEFAULT_NAME = "rayrig-lab"
 LAB_LABEL = "rayrig.lab"
-RAY_VERSION = "2.60.0"  # must match ray_version in inventories/group_data/all.py
 ROOTFS_IMAGE = "rayrig/lab-rootfs:bookworm"
 BASE_IMAGE = "rayrig/lab-base:bookworm"
 REGISTRY_IMAGE = "rayrig/lab-registry:bookworm"
 LAB_IMAGE_REPO = "rayrig/lab-ray"
+#: The mirror of debootstrap; images/lab-base/sources.list names the same.
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
 SSH_USER = "rayrig"
 HOST_NUM_CPUS = 2
@@ -62,95 +65,9 @@ HOST_SHM_SIZE = "1g"
 PREFERRED_SUBNET = "10.213.0.0/24"
 REGISTRY_HOST_OCTET = 2
 FIRST_HOST_OCTET = 10
+#: The registry's port; images/lab-registry (Dockerfile and config.yml) listen on the same.
 REGISTRY_PORT = 5000
 SSH_WAIT_S = 180.0
-
-# --------------------------------------------------------------------------
-# Image definitions (the lab's own images; the Ray image is images/ray/)
-
-BASE_DOCKERFILE = f"""\
-# rayrig lab host: Debian 12 as a fresh cloud host has it, systemd as PID 1.
-ARG ROOTFS={ROOTFS_IMAGE}
-FROM ${{ROOTFS}}
-ENV container=docker
-COPY sources.list /etc/apt/sources.list
-RUN rm -f /etc/apt/sources.list.d/debian.sources \\
- && apt-get update \\
- && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \\
-      systemd systemd-sysv dbus openssh-server sudo python3 \\
-      iproute2 iputils-ping procps kmod netbase less \\
- && apt-get clean && rm -rf /var/lib/apt/lists/*
-COPY rayrig-ssh-host-keys.service /etc/systemd/system/
-# Units that cannot work in a container (no udev, no consoles, no kernel
-# modules, read-only /sys pieces) are masked so the system reaches "running".
-RUN systemctl mask \\
-      getty@tty1.service console-getty.service serial-getty@.service \\
-      systemd-udevd.service systemd-udev-trigger.service systemd-udevd-control.socket \\
-      systemd-udevd-kernel.socket systemd-modules-load.service systemd-remount-fs.service \\
-      sys-kernel-config.mount sys-kernel-debug.mount sys-kernel-tracing.mount \\
-      dev-hugepages.mount systemd-firstboot.service \\
- && systemctl enable rayrig-ssh-host-keys.service ssh.service \\
- && rm -f /etc/ssh/ssh_host_* \\
- && : > /etc/machine-id \\
- && useradd --create-home --shell /bin/bash {SSH_USER} \\
- && echo '{SSH_USER} ALL=(ALL) NOPASSWD:ALL' > /etc/sudoers.d/{SSH_USER} \\
- && chmod 0440 /etc/sudoers.d/{SSH_USER}
-STOPSIGNAL SIGRTMIN+3
-CMD ["/sbin/init"]
-"""
-
-BASE_SOURCES_LIST = f"""\
-deb {DEBIAN_MIRROR} bookworm main
-deb {DEBIAN_MIRROR} bookworm-updates main
-deb http://deb.debian.org/debian-security bookworm-security main
-"""
-
-# Host keys are made at first boot, so that every host has its own.
-SSH_HOST_KEYS_UNIT = """\
-[Unit]
-Description=Generate this host's SSH host keys (rayrig lab)
-Before=ssh.service
-ConditionPathExists=!/etc/ssh/ssh_host_ed25519_key
-
-[Service]
-Type=oneshot
-ExecStart=/usr/bin/ssh-keygen -A
-RemainAfterExit=yes
-
-[Install]
-WantedBy=multi-user.target ssh.service
-"""
-
-REGISTRY_DOCKERFILE = f"""\
-# rayrig lab registry: Debian's docker-registry, plain HTTP, no auth.
-FROM {BASE_IMAGE}
-RUN apt-get update \\
- && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends docker-registry \\
- && apt-get clean && rm -rf /var/lib/apt/lists/*
-COPY config.yml /etc/docker/registry/config.yml
-USER docker-registry
-EXPOSE {REGISTRY_PORT}
-STOPSIGNAL SIGTERM
-CMD ["/usr/bin/docker-registry", "serve", "/etc/docker/registry/config.yml"]
-"""
-
-REGISTRY_CONFIG = f"""\
-version: 0.1
-log:
-  level: info
-  fields:
-    service: registry
-storage:
-  filesystem:
-    rootdirectory: /var/lib/docker-registry
-  delete:
-    enabled: true
-http:
-  addr: :{REGISTRY_PORT}
-  headers:
-    X-Content-Type-Options: [nosniff]
-"""
-
 
 # --------------------------------------------------------------------------
 # Pure helpers (unit-tested)
@@ -431,7 +348,7 @@ def _ensure_rootfs(log: Progress) -> str:
     log(f"rootfs: debian:bookworm cannot be pulled; debootstrap bookworm from {DEBIAN_MIRROR}")
     with tempfile.TemporaryDirectory(prefix="rayrig-rootfs-", dir="/var/tmp") as tmp:
         root = Path(tmp) / "rootfs"
-        images.stream_command(
+        stream_command(
             ["debootstrap", "--variant=minbase", "bookworm", str(root), DEBIAN_MIRROR],
             log,
             "  [debootstrap] ",
@@ -466,27 +383,24 @@ def _ensure_images(log: Progress, ray_version: str) -> None:
     """Build (or find cached) the base, registry and Ray images of the lab."""
     with _image_lock():
         rootfs = _ensure_rootfs(log)
-        images.docker_build(
+        docker_build(
             BASE_IMAGE,
-            {
-                "Dockerfile": BASE_DOCKERFILE.encode(),
-                "sources.list": BASE_SOURCES_LIST.encode(),
-                "rayrig-ssh-host-keys.service": SSH_HOST_KEYS_UNIT.encode(),
-            },
+            context_files(context_dir("lab-base")),
             log,
-            build_args={"ROOTFS": rootfs},
+            build_args={"ROOTFS": rootfs, "SSH_USER": SSH_USER},
             labels={"rayrig.lab.image": "base"},
             base_image=rootfs,
         )
-        images.docker_build(
+        docker_build(
             REGISTRY_IMAGE,
-            {"Dockerfile": REGISTRY_DOCKERFILE.encode(), "config.yml": REGISTRY_CONFIG.encode()},
+            context_files(context_dir("lab-registry")),
             log,
+            build_args={"BASE": BASE_IMAGE},
             labels={"rayrig.lab.image": "registry"},
             base_image=BASE_IMAGE,
         )
-        wheelhouse = images.build_wheelhouse(state_dir() / f"wheelhouse-{ray_version}", ray_version, progress=log)
-        images.build_image(
+        wheelhouse = build_wheelhouse(state_dir() / f"wheelhouse-{ray_version}", ray_version, progress=log)
+        build_image(
             lab_image_tag(ray_version),
             base_image=rootfs,
             ray_version=ray_version,
@@ -664,7 +578,7 @@ def _ensure_pushed(state: dict[str, Any], ray_version: str, log: Progress) -> No
         remote = f"{local_registry}/{tag}"
         _docker("tag", tag, remote)
         try:
-            images.push_image(remote, log)
+            push_image(remote, log)
         finally:
             _docker("rmi", remote, check=False)  # only the extra tag: the image stays cached
     _save_registry_seed(f"{state['name']}-registry-data", image_id, log)

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 #: (``rayrig lab ...``, ``rayrig image ...``, ``rayrig cloud ...``, deploy/check/demo, dashboard).
 AREAS = (
     "cloud.local",
-    "rayrig.image",
+    "rayrig.commands.image",
     "cloud.ec2",
     "rayrig.run",
     "rayrig.dashboard",

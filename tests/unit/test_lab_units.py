@@ -1,4 +1,4 @@
-"""Pure helpers of the local lab (cloud/local.py), its inventory and the image code."""
+"""Pure helpers of the local lab (cloud/local.py) and its inventory."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import pytest
 
 from cloud import local
 from deploy import paths
-from rayrig import image
 
 ROUTE_TABLE = """\
 Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT
@@ -150,67 +149,6 @@ def test_state_dir_honours_the_environment(tmp_path, monkeypatch):
         local.lab_dir("../x")
 
 
-def test_manylinux_platforms_cover_older_tags():
-    tags = image.manylinux_platforms((2, 36))
-    assert tags[0] == "manylinux_2_36_x86_64"
-    assert {"manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux1_x86_64"} <= set(tags)
-    assert "manylinux_2_37_x86_64" not in tags
-
-
-def test_pip_download_command_targets_the_image_python(tmp_path):
-    cmd = image.pip_download_command(tmp_path, ["ray[default,train]==2.60.0", "torch==2.13.0"], "3.11")
-    assert cmd[1:4] == ["-m", "pip", "download"]
-    assert "--only-binary=:all:" in cmd
-    assert cmd[cmd.index("--abi") + 1] == "cp311" and cmd[cmd.index("--python-version") + 1] == "3.11"
-    assert cmd[-2:] == ["ray[default,train]==2.60.0", "torch==2.13.0"]
-
-
-def test_wheelhouse_requirements():
-    assert image.wheelhouse_requirements("2.60.0", ["pyyaml"]) == [
-        "ray[default,train]==2.60.0",
-        "torch==2.13.0",
-        "pyyaml",
-    ]
-    assert image.wheelhouse_requirements("2.60.0", torch_requirement=None) == ["ray[default,train]==2.60.0"]
-
-
-def test_image_inputs_hash_changes_with_every_input():
-    files = {"Dockerfile": b"FROM x\n", "install-ray.sh": b"echo\n"}
-    args = {"RAY_VERSION": "2.60.0"}
-    base = image.image_inputs_hash(files, args, "sha256:aaa", ["ray-2.60.0-cp311.whl"])
-    assert base == image.image_inputs_hash(dict(reversed(files.items())), args, "sha256:aaa", ["ray-2.60.0-cp311.whl"])
-    variants = [
-        image.image_inputs_hash({**files, "Dockerfile": b"FROM y\n"}, args, "sha256:aaa", ["ray-2.60.0-cp311.whl"]),
-        image.image_inputs_hash(files, {"RAY_VERSION": "2.61.0"}, "sha256:aaa", ["ray-2.60.0-cp311.whl"]),
-        image.image_inputs_hash(files, args, "sha256:bbb", ["ray-2.60.0-cp311.whl"]),
-        image.image_inputs_hash(files, args, "sha256:aaa", ["ray-2.61.0-cp311.whl"]),
-        image.image_inputs_hash(files, args, "sha256:aaa", []),
-    ]
-    assert len({base, *variants}) == 6
-
-
-def test_ray_image_context_has_the_dockerfile_and_its_scripts():
-    files = image._context_files(image.dockerfile_dir())
-    assert {"Dockerfile", "ensure-python.sh", "install-ray.sh"} <= set(files)
-    dockerfile = files["Dockerfile"].decode()
-    assert "ARG BASE_IMAGE" in dockerfile and "ARG RAY_VERSION" in dockerfile
-
-
 def test_lab_ray_version_matches_the_contract_default():
     text = (paths.repo_root() / "inventories/group_data/all.py").read_text()
     assert f'ray_version = "{local.RAY_VERSION}"' in text
-
-
-def test_stream_command_throttles_output_and_reports_failures():
-    shown: list[str] = []
-    lines = image.stream_command(
-        ["sh", "-c", "for i in 1 2 3 4 5; do echo line$i; done; echo Step 2/2"],
-        shown.append,
-        "> ",
-        every_s=3600,
-        always=lambda line: line.startswith("Step"),
-    )
-    assert lines == ["line1", "line2", "line3", "line4", "line5", "Step 2/2"]
-    assert shown == ["> line1", "> Step 2/2 (+4 lines)"]
-    with pytest.raises(image.CommandError, match=r"exit status 3[\s\S]*boom"):
-        image.stream_command(["sh", "-c", "echo boom; exit 3"], shown.append, "> ")

@@ -1,1 +1,1 @@
-"""Where hosts come from: the local lab (local.py) and EC2 (ec2.py)."""
+"""Where hosts come from: the local lab (lab/) and EC2 (ec2.py)."""

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 #: Modules whose ``register(subparsers)`` adds one command area each
 #: (``rayrig lab ...``, ``rayrig image ...``, ``rayrig cloud ...``, deploy/check/demo, dashboard).
 AREAS = (
-    "cloud.local",
+    "rayrig.commands.lab",
     "rayrig.commands.image",
     "cloud.ec2",
     "rayrig.run",

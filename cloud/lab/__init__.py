@@ -83,7 +83,8 @@ def up(hosts: int = 3, name: str = DEFAULT_NAME, progress: Progress = print) -> 
     """Bring lab ``name`` up with ``hosts`` hosts (idempotent) and return its state.
 
     A second call with everything in place changes nothing and takes seconds.
-    The first call on a machine builds the lab's images (minutes).
+    The first call on a machine builds the lab's images (minutes). Progress
+    lines, each with the seconds since the start, go to ``progress``.
     """
     if hosts < 1:
         raise ValueError(f"a lab needs at least one host, got hosts={hosts}")
@@ -109,7 +110,7 @@ def up(hosts: int = 3, name: str = DEFAULT_NAME, progress: Progress = print) -> 
 def down(name: str = DEFAULT_NAME, progress: Progress = print) -> None:
     """Remove everything lab ``name`` made: containers, network, volumes and its directory.
 
-    Cached images and wheelhouses are left alone.
+    Cached images and wheelhouses are left alone. What was removed is reported to ``progress``.
     """
     lab_dir(name)  # validates the name
     containers = labelled("container", name)

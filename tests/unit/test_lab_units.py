@@ -194,3 +194,33 @@ def test_lab_image_files_agree_with_the_lab_constants():
     registry = images.context_dir("lab-registry")
     assert f"EXPOSE {state.REGISTRY_PORT}\n" in (registry / "Dockerfile").read_text()
     assert f"  addr: :{state.REGISTRY_PORT}\n" in (registry / "config.yml").read_text()
+
+
+def test_ssh_check_raises_with_the_command_address_and_exit_status(tmp_path, monkeypatch):
+    calls = []
+
+    def run(target, command, timeout):
+        calls.append((target, command))
+        return (0, "ok\n") if command == "true" else (1, "sudo: a password is required\n")
+
+    monkeypatch.setattr(hosts, "run", run)
+    assert hosts.ssh_check("10.213.0.10", "rayrig", tmp_path / "key", tmp_path / "known_hosts", "true") == "ok\n"
+    assert calls[0][0].known_hosts == tmp_path / "known_hosts"  # host keys stay pinned
+    with pytest.raises(RuntimeError, match=r"`sudo -n true` on 10.213.0.11 exited 1: sudo: a password is required"):
+        hosts.ssh_check("10.213.0.11", "rayrig", tmp_path / "key", tmp_path / "known_hosts")
+
+
+def test_summary_shows_ray_status_on_the_head_and_the_next_commands(tmp_path, monkeypatch):
+    monkeypatch.setenv("RAYRIG_STATE_DIR", str(tmp_path))
+    assert "run `rayrig lab up --name lab-x`" in lab.summary("lab-x", "==> checks: none")
+    lab.lab_dir("lab-x").mkdir(parents=True)
+    lab.state_path("lab-x").write_text(json.dumps(_state(tmp_path, hosts=2)))
+    commands = []
+    monkeypatch.setattr(lab, "run", lambda target, command, timeout: commands.append((target.address, command))
+                        or (0, "Active:\n 2 node(s)\n"))  # fmt: skip
+    text = lab.summary("lab-x", "==> checks: PASS")
+    assert commands == [("10.213.0.10", "sudo docker exec ray-node ray status")]
+    assert "==> Ray cluster on lab lab-x: head 10.213.0.10 (2 hosts)" in text
+    assert " 2 node(s)\n==> checks: PASS\n" in text
+    assert "RAYRIG_LAB=lab-x rayrig dashboard inventories/lab.py" in text
+    assert f"ssh -i {tmp_path / 'id_ed25519'}" in text and "rayrig@10.213.0.10" in text

@@ -85,10 +85,10 @@ def test_one_torch_requirement_for_the_image_and_the_test_environment():
     assert f"TORCH ?= {wheelhouse.DEFAULT_TORCH_REQUIREMENT}\n" in makefile
 
 
-def test_ray_dockerfile_has_no_version_of_its_own():
+def test_ray_dockerfile_has_no_versions_of_its_own():
     dockerfile = (images.context_dir("ray") / "Dockerfile").read_text()
-    assert re.findall(r"^ARG (?:RAY_VERSION|TORCH_REQUIREMENT)\b.*$", dockerfile, re.M) == [
-        "ARG RAY_VERSION", "ARG TORCH_REQUIREMENT", "ARG RAY_VERSION",
+    assert re.findall(r"^ARG (?:BASE_IMAGE|RAY_VERSION|TORCH_REQUIREMENT)\b.*$", dockerfile, re.M) == [
+        "ARG BASE_IMAGE", "ARG RAY_VERSION", "ARG TORCH_REQUIREMENT", "ARG RAY_VERSION",
     ]  # fmt: skip
 
 
@@ -98,6 +98,7 @@ def test_build_image_passes_the_ray_version_and_torch(monkeypatch):
     build.build_image("rayrig/ray:test", base_image="debian:bookworm")
     files, kwargs = calls[0]
     assert "Dockerfile" in files and "install-ray.sh" in files
+    assert kwargs["build_args"]["BASE_IMAGE"] == "debian:bookworm"
     assert kwargs["build_args"]["RAY_VERSION"] == images.RAY_VERSION
     assert kwargs["build_args"]["TORCH_REQUIREMENT"] == wheelhouse.DEFAULT_TORCH_REQUIREMENT
     assert kwargs["labels"]["rayrig.ray_version"] == images.RAY_VERSION

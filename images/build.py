@@ -175,7 +175,7 @@ def build_image(
     """Build the Ray image ``tag`` from ``base_image`` with ``images/ray/Dockerfile``; return its ID.
 
     With ``wheelhouse`` the Python packages are installed offline from it (see
-    :func:`build_wheelhouse`); without, from the package index. Torch
+    :func:`images.wheelhouse.build_wheelhouse`); without, from the package index. Torch
     (``torch_requirement``) is installed only when the base image has none.
     The build is skipped when ``tag`` already exists and was built from the
     same inputs (unless ``force``).

@@ -161,13 +161,13 @@ def summary(name: str, checks: str) -> str:
         return f"no lab named {name!r}: run `rayrig lab up --name {name}`"
     head = next(h for h in state["hosts"] if h["role"] == "head")
     target = SshTarget(head["address"], state["ssh_user"], Path(state["ssh_key"]), Path(state["known_hosts"]))
-    status, output = run(target, "sudo docker exec ray-node ray status", timeout=120)
+    exit_status, output = run(target, "sudo docker exec ray-node ray status", timeout=120)
     lab_env = "" if name == DEFAULT_NAME else f"RAYRIG_LAB={name} "
     lines = [
         "",
         f"==> Ray cluster on lab {name}: head {head['address']} ({len(state['hosts'])} hosts)",
         "==> ray status (inside the head's ray-node container):",
-        output.rstrip() if status == 0 else f"ray status failed ({status}):\n{output.rstrip()}",
+        output.rstrip() if exit_status == 0 else f"ray status failed ({exit_status}):\n{output.rstrip()}",
         checks,
         "",
         "Next:",

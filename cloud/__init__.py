@@ -1,1 +1,1 @@
-"""Where hosts come from: the local lab (local.py) and EC2 (the ec2 package)."""
+"""Where hosts come from: the local lab (the lab package) and EC2 (the ec2 package)."""

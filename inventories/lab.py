@@ -7,18 +7,20 @@ The lab is ``$RAYRIG_LAB`` (default ``rayrig-lab``). Hosts are named by their
 lab address (pyinfra connects to it) and carry their SSH settings (the lab's
 key, its pinned host keys) and their Ray declaration: the first host is the
 head, every host declares 2 CPUs, no GPUs and a custom resource named after
-its hostname. See ``cloud.local.inventory_groups``.
+its hostname. See ``cloud.lab.inventory_groups``.
 """
 
 import os
 import sys
 from pathlib import Path
 
+# pyinfra runs this file as a script: when it is started from outside the repository root,
+# ``cloud`` is not importable until the root is on sys.path, so the import is tried first.
 try:
-    from cloud.local import DEFAULT_NAME, inventory_groups, load_state, state_path
-except ImportError:  # pyinfra run from outside the repository root
+    from cloud.lab import DEFAULT_NAME, inventory_groups, load_state, state_path
+except ImportError:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from cloud.local import DEFAULT_NAME, inventory_groups, load_state, state_path
+    from cloud.lab import DEFAULT_NAME, inventory_groups, load_state, state_path
 
 _lab = os.environ.get("RAYRIG_LAB") or DEFAULT_NAME
 _state = load_state(_lab)

@@ -14,8 +14,8 @@ from collections.abc import Sequence
 #: Modules whose ``register(subparsers)`` adds one command area each
 #: (``rayrig lab ...``, ``rayrig image ...``, ``rayrig cloud ...``, deploy/check/demo, dashboard).
 AREAS = (
-    "cloud.local",
-    "rayrig.image",
+    "rayrig.commands.lab",
+    "rayrig.commands.image",
     "rayrig.commands.cloud",
     "rayrig.run",
     "rayrig.commands.dashboard",

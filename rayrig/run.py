@@ -11,6 +11,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from cloud import lab
 from deploy.paths import repo_root
 
 DEPLOY_FILE = "deploy/cluster.py"
@@ -28,34 +29,6 @@ def run_pyinfra(inventory: str | Path, deploy_file: str = DEPLOY_FILE, extra: Se
     inventory = Path(inventory).resolve() if Path(inventory).exists() else inventory
     command = pyinfra_command(inventory, deploy_file, extra)
     return subprocess.call(command, cwd=repo_root(), env={**os.environ, **(env or {})})
-
-
-def lab_summary(name: str) -> str:
-    """What a user wants after the demo: the head, ``ray status``, and the next commands."""
-    from cloud import local
-    from cloud import ssh as remote
-
-    state = local.load_state(name)
-    if state is None:
-        return f"no lab named {name!r}: run `rayrig lab up --name {name}`"
-    head = next(h for h in state["hosts"] if h["role"] == "head")
-    target = remote.SshTarget(head["address"], state["ssh_user"], Path(state["ssh_key"]), Path(state["known_hosts"]))
-    status, output = remote.run(target, "sudo docker exec ray-node ray status", timeout=120)
-    lab_env = "" if name == local.DEFAULT_NAME else f"RAYRIG_LAB={name} "
-    checks = latest_checks(name)
-    lines = [
-        "",
-        f"==> Ray cluster on lab {name}: head {head['address']} ({len(state['hosts'])} hosts)",
-        "==> ray status (inside the head's ray-node container):",
-        output.rstrip() if status == 0 else f"ray status failed ({status}):\n{output.rstrip()}",
-        checks,
-        "",
-        "Next:",
-        f"  dashboard:  {lab_env}rayrig dashboard inventories/lab.py   (an SSH tunnel; it prints the URL)",
-        f"  a shell:    {' '.join(target.ssh_command())}",
-        f"  tear down:  make lab-down   (or: rayrig lab down --name {name})",
-    ]
-    return "\n".join(lines)
 
 
 def latest_checks(cluster: str, report_dir: Path | None = None) -> str:
@@ -79,16 +52,14 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from cloud import local
-
     started = time.monotonic()
-    local.up(hosts=args.hosts, name=args.name)
+    lab.up(hosts=args.hosts, name=args.name)
     print(f"==> lab ready in {time.monotonic() - started:.0f} s; deploying with pyinfra", flush=True)
     status = run_pyinfra("inventories/lab.py", env={"RAYRIG_LAB": args.name})
     if status != 0:
         print(f"==> the deploy failed (pyinfra exit status {status})", file=sys.stderr)
         return 1
-    print(lab_summary(args.name))
+    print(lab.summary(args.name, latest_checks(args.name)))
     print(f"==> demo finished in {time.monotonic() - started:.0f} s")
     return 0
 

@@ -2,6 +2,7 @@
 # Create the /opt/ray venv and install Ray (and torch unless the base has it).
 # Reads the build args RAY_VERSION, TORCH_REQUIREMENT, EXTRA_REQUIREMENTS, OFFLINE.
 set -eu
+: "${RAY_VERSION:?the build arg RAY_VERSION is required (rayrig image build passes ray_version from inventories/group_data/all.py)}"
 python3 -m venv --system-site-packages /opt/ray
 pip="/opt/ray/bin/python -m pip"
 if [ "${OFFLINE:-0}" = "1" ]; then

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from cloud import local
+from cloud import lab as local  # the module-scoped fixture below is named lab
 from cloud import ssh as remote
 from deploy import auth, settings
 from deploy.paths import repo_root

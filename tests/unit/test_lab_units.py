@@ -1,16 +1,19 @@
-"""Pure helpers of the local lab (cloud/local.py), its inventory and the image code."""
+"""Pure helpers of the local lab (cloud/lab/), its inventory and its image folders."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
-from cloud import local
+import images
+from cloud import lab
+from cloud.lab import build as lab_build
+from cloud.lab import engine, hosts, state
 from deploy import paths
-from rayrig import image
 
 ROUTE_TABLE = """\
 Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT
@@ -22,35 +25,35 @@ br-1\t0000D50A\t00000000\t0001\t0\t0\t0\t00FFFFFF\t0\t0\t0
 
 
 def test_parse_proc_net_route_reads_networks_and_skips_default():
-    assert local.parse_proc_net_route(ROUTE_TABLE) == ["192.168.0.0/24", "172.17.0.0/16", "10.213.0.0/24"]
+    assert engine.parse_proc_net_route(ROUTE_TABLE) == ["192.168.0.0/24", "172.17.0.0/16", "10.213.0.0/24"]
 
 
 def test_choose_subnet_prefers_10_213():
-    assert local.choose_subnet(["172.17.0.0/16", "192.168.0.0/24"]) == "10.213.0.0/24"
+    assert engine.choose_subnet(["172.17.0.0/16", "192.168.0.0/24"]) == "10.213.0.0/24"
 
 
 def test_choose_subnet_skips_taken_and_overlapping_networks():
     # 10.213.0.0/24 is taken; a /16 route covers every 10.214.x.0/24 candidate.
     taken = ["10.213.0.0/24", "10.213.1.0/24", "10.214.0.0/16"]
-    assert local.choose_subnet(taken) == "10.213.2.0/24"
-    assert local.choose_subnet(["10.213.0.0/16", "10.214.0.0/16"]) == "10.215.0.0/24"
+    assert engine.choose_subnet(taken) == "10.213.2.0/24"
+    assert engine.choose_subnet(["10.213.0.0/16", "10.214.0.0/16"]) == "10.215.0.0/24"
 
 
 def test_choose_subnet_fails_when_everything_is_taken():
     with pytest.raises(RuntimeError, match="no free /24"):
-        local.choose_subnet(["10.0.0.0/8"])
+        engine.choose_subnet(["10.0.0.0/8"])
 
 
 def test_addresses_follow_the_subnet():
-    assert local.host_address("10.213.0.0/24", 1) == "10.213.0.10"
-    assert local.host_address("10.220.3.0/24", 3) == "10.220.3.12"
-    assert local.registry_address("10.220.3.0/24") == "10.220.3.2:5000"
+    assert state.host_address("10.213.0.0/24", 1) == "10.213.0.10"
+    assert state.host_address("10.220.3.0/24", 3) == "10.220.3.12"
+    assert state.registry_address("10.220.3.0/24") == "10.220.3.2:5000"
     with pytest.raises(ValueError, match="does not fit"):
-        local.host_address("10.213.0.0/24", 300)
+        state.host_address("10.213.0.0/24", 300)
 
 
 def test_host_run_flags_without_privileged_drop_sys_resource_and_mount_cgroups():
-    flags = local.host_run_flags(privileged=False, cgroup_version="1")
+    flags = hosts.host_run_flags(privileged=False, cgroup_version="1")
     assert "--privileged" not in flags
     assert flags[flags.index("--cap-drop") + 1] == "SYS_RESOURCE"
     assert "seccomp=unconfined" in flags and "--cgroupns=host" in flags
@@ -59,13 +62,13 @@ def test_host_run_flags_without_privileged_drop_sys_resource_and_mount_cgroups()
 
 
 def test_host_run_flags_prefer_privileged_where_it_works():
-    flags = local.host_run_flags(privileged=True, cgroup_version="2")
+    flags = hosts.host_run_flags(privileged=True, cgroup_version="2")
     assert "--privileged" in flags and "--cap-add" not in flags
     assert "--cgroupns=private" in flags and "/sys/fs/cgroup:/sys/fs/cgroup:rw" not in flags
 
 
 def _state(tmp_path: Path, hosts: int = 3, subnet: str = "10.213.0.0/24") -> dict:
-    return local.make_state("lab-x", subnet, hosts, tmp_path / "id_ed25519", tmp_path / "known_hosts")
+    return lab.make_state("lab-x", subnet, hosts, tmp_path / "id_ed25519", tmp_path / "known_hosts")
 
 
 def test_make_state_shape(tmp_path):
@@ -86,7 +89,7 @@ def test_make_state_shape(tmp_path):
 
 
 def test_inventory_groups_follow_the_data_contract(tmp_path):
-    groups = local.inventory_groups(_state(tmp_path))
+    groups = lab.inventory_groups(_state(tmp_path))
     assert [name for name, _ in groups["heads"]] == ["10.213.0.10"]
     assert [name for name, _ in groups["workers"]] == ["10.213.0.11", "10.213.0.12"]
     name, data = groups["workers"][0]
@@ -103,13 +106,13 @@ def test_inventory_keys_are_known_to_the_contract(tmp_path):
     spec = importlib.util.spec_from_file_location("all_defaults", paths.repo_root() / "inventories/group_data/all.py")
     defaults = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(defaults)
-    _, data = local.inventory_groups(_state(tmp_path))["heads"][0]
+    _, data = lab.inventory_groups(_state(tmp_path))["heads"][0]
     rayrig_keys = {k for k in data if k.startswith(("ray_", "docker_", "base_"))}
     assert rayrig_keys <= set(vars(defaults)), rayrig_keys - set(vars(defaults))
 
 
 def test_known_hosts_text_pins_each_address_and_drops_comments():
-    text = local.known_hosts_text(
+    text = hosts.known_hosts_text(
         [
             ("10.213.0.11", "ssh-ed25519 AAAAB root@lab-x-2"),
             ("10.213.0.10", "ssh-ed25519 AAAAA root@lab-x-1"),
@@ -132,7 +135,7 @@ def test_lab_inventory_file_reads_the_state(tmp_path, monkeypatch):
 
     with pytest.raises(RuntimeError, match=r"rayrig lab up --name lab-x"):
         load()
-    directory = local.lab_dir("lab-x")
+    directory = lab.lab_dir("lab-x")
     directory.mkdir(parents=True)
     (directory / "state.json").write_text(json.dumps(_state(tmp_path, hosts=2)))
     module = load()
@@ -143,74 +146,81 @@ def test_lab_inventory_file_reads_the_state(tmp_path, monkeypatch):
 def test_state_dir_honours_the_environment(tmp_path, monkeypatch):
     monkeypatch.setenv("RAYRIG_STATE_DIR", str(tmp_path))
     assert paths.state_dir() == tmp_path
-    assert local.lab_dir("a") == tmp_path / "labs" / "a"
+    assert lab.lab_dir("a") == tmp_path / "labs" / "a"
     monkeypatch.delenv("RAYRIG_STATE_DIR")
     assert paths.state_dir() == paths.repo_root() / ".rayrig"
     with pytest.raises(ValueError, match="invalid lab name"):
-        local.lab_dir("../x")
+        lab.lab_dir("../x")
 
 
-def test_manylinux_platforms_cover_older_tags():
-    tags = image.manylinux_platforms((2, 36))
-    assert tags[0] == "manylinux_2_36_x86_64"
-    assert {"manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux1_x86_64"} <= set(tags)
-    assert "manylinux_2_37_x86_64" not in tags
+def required_build_args(folder: Path) -> set[str]:
+    """The build args a Dockerfile declares without a default (the build must pass them)."""
+    lines = (folder / "Dockerfile").read_text().splitlines()
+    return {line.split()[1] for line in lines if line.startswith("ARG ") and "=" not in line}
 
 
-def test_pip_download_command_targets_the_image_python(tmp_path):
-    cmd = image.pip_download_command(tmp_path, ["ray[default,train]==2.60.0", "torch==2.13.0"], "3.11")
-    assert cmd[1:4] == ["-m", "pip", "download"]
-    assert "--only-binary=:all:" in cmd
-    assert cmd[cmd.index("--abi") + 1] == "cp311" and cmd[cmd.index("--python-version") + 1] == "3.11"
-    assert cmd[-2:] == ["ray[default,train]==2.60.0", "torch==2.13.0"]
+def test_lab_builds_pass_every_build_arg_their_dockerfiles_require(monkeypatch):
+    builds: dict[str, dict] = {}
+
+    def docker_build(tag, files, progress, *, build_args=None, **_):
+        assert "Dockerfile" in files
+        builds[tag] = {"files": files, "args": dict(build_args or {})}
+        return "sha256:x"
+
+    def build_image(tag, **kwargs):
+        builds[tag] = {"ray_version": kwargs["ray_version"]}
+        return "sha256:y"
+
+    monkeypatch.setattr(lab_build, "image_lock", contextlib.nullcontext)
+    monkeypatch.setattr(lab_build, "ensure_rootfs", lambda log: "debian:bookworm")
+    monkeypatch.setattr(lab_build, "docker_build", docker_build)
+    monkeypatch.setattr(lab_build, "build_wheelhouse", lambda dest, version, progress: dest)
+    monkeypatch.setattr(lab_build, "build_image", build_image)
+    lab_build.ensure_images(lambda line: None, "2.60.0")
+
+    base, registry = builds[state.BASE_IMAGE], builds[state.REGISTRY_IMAGE]
+    assert base["args"] == {"ROOTFS": "debian:bookworm", "SSH_USER": state.SSH_USER}
+    assert set(base["args"]) == required_build_args(images.context_dir("lab-base"))
+    assert registry["args"] == {"BASE": state.BASE_IMAGE}
+    assert set(registry["args"]) == required_build_args(images.context_dir("lab-registry"))
+    assert set(base["files"]) == {"Dockerfile", "sources.list", "rayrig-ssh-host-keys.service"}
+    assert builds["rayrig/lab-ray:2.60.0"] == {"ray_version": "2.60.0"}
 
 
-def test_wheelhouse_requirements():
-    assert image.wheelhouse_requirements("2.60.0", ["pyyaml"]) == [
-        "ray[default,train]==2.60.0",
-        "torch==2.13.0",
-        "pyyaml",
-    ]
-    assert image.wheelhouse_requirements("2.60.0", torch_requirement=None) == ["ray[default,train]==2.60.0"]
+def test_lab_image_files_agree_with_the_lab_constants():
+    base = images.context_dir("lab-base")
+    assert all(line.split()[1] in {state.DEBIAN_MIRROR, "http://deb.debian.org/debian-security"}
+               for line in (base / "sources.list").read_text().splitlines())  # fmt: skip
+    registry = images.context_dir("lab-registry")
+    assert f"EXPOSE {state.REGISTRY_PORT}\n" in (registry / "Dockerfile").read_text()
+    assert f"  addr: :{state.REGISTRY_PORT}\n" in (registry / "config.yml").read_text()
 
 
-def test_image_inputs_hash_changes_with_every_input():
-    files = {"Dockerfile": b"FROM x\n", "install-ray.sh": b"echo\n"}
-    args = {"RAY_VERSION": "2.60.0"}
-    base = image.image_inputs_hash(files, args, "sha256:aaa", ["ray-2.60.0-cp311.whl"])
-    assert base == image.image_inputs_hash(dict(reversed(files.items())), args, "sha256:aaa", ["ray-2.60.0-cp311.whl"])
-    variants = [
-        image.image_inputs_hash({**files, "Dockerfile": b"FROM y\n"}, args, "sha256:aaa", ["ray-2.60.0-cp311.whl"]),
-        image.image_inputs_hash(files, {"RAY_VERSION": "2.61.0"}, "sha256:aaa", ["ray-2.60.0-cp311.whl"]),
-        image.image_inputs_hash(files, args, "sha256:bbb", ["ray-2.60.0-cp311.whl"]),
-        image.image_inputs_hash(files, args, "sha256:aaa", ["ray-2.61.0-cp311.whl"]),
-        image.image_inputs_hash(files, args, "sha256:aaa", []),
-    ]
-    assert len({base, *variants}) == 6
+def test_ssh_check_raises_with_the_command_address_and_exit_status(tmp_path, monkeypatch):
+    calls = []
+
+    def run(target, command, timeout):
+        calls.append((target, command))
+        return (0, "ok\n") if command == "true" else (1, "sudo: a password is required\n")
+
+    monkeypatch.setattr(hosts, "run", run)
+    assert hosts.ssh_check("10.213.0.10", "rayrig", tmp_path / "key", tmp_path / "known_hosts", "true") == "ok\n"
+    assert calls[0][0].known_hosts == tmp_path / "known_hosts"  # host keys stay pinned
+    with pytest.raises(RuntimeError, match=r"`sudo -n true` on 10.213.0.11 exited 1: sudo: a password is required"):
+        hosts.ssh_check("10.213.0.11", "rayrig", tmp_path / "key", tmp_path / "known_hosts")
 
 
-def test_ray_image_context_has_the_dockerfile_and_its_scripts():
-    files = image._context_files(image.dockerfile_dir())
-    assert {"Dockerfile", "ensure-python.sh", "install-ray.sh"} <= set(files)
-    dockerfile = files["Dockerfile"].decode()
-    assert "ARG BASE_IMAGE" in dockerfile and "ARG RAY_VERSION" in dockerfile
-
-
-def test_lab_ray_version_matches_the_contract_default():
-    text = (paths.repo_root() / "inventories/group_data/all.py").read_text()
-    assert f'ray_version = "{local.RAY_VERSION}"' in text
-
-
-def test_stream_command_throttles_output_and_reports_failures():
-    shown: list[str] = []
-    lines = image.stream_command(
-        ["sh", "-c", "for i in 1 2 3 4 5; do echo line$i; done; echo Step 2/2"],
-        shown.append,
-        "> ",
-        every_s=3600,
-        always=lambda line: line.startswith("Step"),
-    )
-    assert lines == ["line1", "line2", "line3", "line4", "line5", "Step 2/2"]
-    assert shown == ["> line1", "> Step 2/2 (+4 lines)"]
-    with pytest.raises(image.CommandError, match=r"exit status 3[\s\S]*boom"):
-        image.stream_command(["sh", "-c", "echo boom; exit 3"], shown.append, "> ")
+def test_summary_shows_ray_status_on_the_head_and_the_next_commands(tmp_path, monkeypatch):
+    monkeypatch.setenv("RAYRIG_STATE_DIR", str(tmp_path))
+    assert "run `rayrig lab up --name lab-x`" in lab.summary("lab-x", "==> checks: none")
+    lab.lab_dir("lab-x").mkdir(parents=True)
+    lab.state_path("lab-x").write_text(json.dumps(_state(tmp_path, hosts=2)))
+    commands = []
+    monkeypatch.setattr(lab, "run", lambda target, command, timeout: commands.append((target.address, command))
+                        or (0, "Active:\n 2 node(s)\n"))  # fmt: skip
+    text = lab.summary("lab-x", "==> checks: PASS")
+    assert commands == [("10.213.0.10", "sudo docker exec ray-node ray status")]
+    assert "==> Ray cluster on lab lab-x: head 10.213.0.10 (2 hosts)" in text
+    assert " 2 node(s)\n==> checks: PASS\n" in text
+    assert "RAYRIG_LAB=lab-x rayrig dashboard inventories/lab.py" in text
+    assert f"ssh -i {tmp_path / 'id_ed25519'}" in text and "rayrig@10.213.0.10" in text

@@ -1,0 +1,58 @@
+"""``rayrig lab up|down|status``: the local lab (:mod:`cloud.lab`) from the command line."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from cloud import lab
+
+
+def _cmd_up(args: argparse.Namespace) -> int:
+    state = lab.up(args.hosts, args.name, progress=print)
+    print(lab.status(state["name"]))
+    print(f"\nNext: RAYRIG_LAB={state['name']} pyinfra inventories/lab.py deploy/cluster.py")
+    return 0
+
+
+def _cmd_down(args: argparse.Namespace) -> int:
+    lab.down(args.name, progress=print)
+    return 0
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    print(lab.status(args.name))
+    return 0 if lab.load_state(args.name) else 1
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``rayrig lab up|down|status`` to the CLI.
+
+    Each leaf parser sets ``func``: a callable taking the parsed arguments and
+    returning an exit status.
+    """
+    parser = subparsers.add_parser("lab", help="the local lab: containers that act as hosts")
+    sub = parser.add_subparsers(dest="lab_command", required=True, metavar="COMMAND")
+    p_up = sub.add_parser("up", help="start (or complete) the lab; builds its images the first time")
+    p_up.add_argument("--hosts", type=int, default=3, help="number of hosts (default: %(default)s)")
+    p_up.add_argument("--name", default=lab.DEFAULT_NAME, help="lab name (default: %(default)s)")
+    p_up.set_defaults(func=_cmd_up)
+    p_down = sub.add_parser("down", help="remove every container, network and volume of the lab")
+    p_down.add_argument("--name", default=lab.DEFAULT_NAME, help="lab name (default: %(default)s)")
+    p_down.set_defaults(func=_cmd_down)
+    p_status = sub.add_parser("status", help="show the lab's hosts and whether they answer")
+    p_status.add_argument("--name", default=lab.DEFAULT_NAME, help="lab name (default: %(default)s)")
+    p_status.set_defaults(func=_cmd_status)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``python -m rayrig.commands.lab up|down|status`` (the same as ``rayrig lab ...``)."""
+    parser = argparse.ArgumentParser(prog="python -m rayrig.commands.lab")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["lab", *(argv if argv is not None else sys.argv[1:])])
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -39,6 +39,7 @@ def test_detect_each_supported_os(os_name, family, codename, base, repo_path):
     [
         (host_info("centos7"), "'centos 7'"),
         ({"id": "ubuntu", "version_id": "20.04"}, "'ubuntu 20.04'"),
+        ({"id": "debian", "version_id": "13"}, "'debian 13'"),  # no plan tests cover it yet
         ({"id": "amzn", "version_id": "2"}, "'amzn 2'"),
         ({}, "'unknown'"),
     ],

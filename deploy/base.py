@@ -8,6 +8,7 @@ curl, gnupg and ``base_extra_packages``) are installed, on apt and dnf hosts.
 from __future__ import annotations
 
 from io import StringIO
+from typing import Any
 
 from pyinfra import host
 from pyinfra.api import deploy
@@ -18,6 +19,7 @@ from pyinfra.operations import apt, dnf, files, server
 from deploy.facts import CloudInitRunning, HostInfo, fact
 from deploy.platform import Platform, detect
 from deploy.settings import host_settings
+from deploy.templating import put_template
 
 APT_LOCK_CONF = "/etc/apt/apt.conf.d/90rayrig-lock-timeout"
 
@@ -57,9 +59,9 @@ def signed_apt_repository(what: str, key_url: str, keyring: str, list_path: str,
     files.put(name=f"Add {what} apt repository", src=StringIO(line), dest=list_path, mode="644")
 
 
-def dnf_repository(what: str, path: str, text: str) -> None:
-    """A dnf repository file at ``path`` with ``text`` (its gpgkey inside)."""
-    files.put(name=f"Add {what} dnf repository", src=StringIO(text), dest=path, mode="644")
+def dnf_repository(what: str, path: str, template: str, **values: Any) -> None:
+    """A dnf repository file at ``path`` from ``template`` (its gpgkey inside) filled with ``values``."""
+    put_template(f"Add {what} dnf repository", template, path, **values)
 
 
 @deploy("Base")

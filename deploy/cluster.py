@@ -11,9 +11,9 @@ from pyinfra import host, inventory
 from deploy.base import base
 from deploy.docker import docker
 from deploy.firewall import firewall
-from deploy.image import image
 from deploy.nvidia import nvidia
 from deploy.post_checks import post_deploy_checks
+from deploy.ray_image import ray_image
 from deploy.ray_node import ray_node
 from deploy.storage import storage
 from deploy.validate import validate_once
@@ -22,7 +22,7 @@ validate_once(host.state, inventory)
 
 base()
 docker()
-image()
+ray_image()
 nvidia()
 storage()
 firewall()

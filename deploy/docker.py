@@ -27,6 +27,7 @@ from deploy.settings import host_settings
 DAEMON_JSON = "/etc/docker/daemon.json"
 REPO_PACKAGES = ("docker-ce", "docker-ce-cli", "containerd.io", "docker-buildx-plugin")
 APT_KEYRING = "/etc/apt/keyrings/docker.asc"
+DNF_REPO = "/etc/yum.repos.d/docker-ce.repo"
 APT_ARCH = {"x86_64": "amd64", "aarch64": "arm64"}
 
 
@@ -96,16 +97,7 @@ def _docker_repository(plat: Platform, repo_url: str) -> None:
             line=f"deb [arch={arch} signed-by={APT_KEYRING}] {base} {plat.codename} stable\n",
         )
     else:
-        dnf_repository(
-            "Docker's",
-            "/etc/yum.repos.d/docker-ce.repo",
-            "[docker-ce-stable]\n"
-            "name=Docker CE Stable\n"
-            f"baseurl={base}/$releasever/$basearch/stable\n"
-            "enabled=1\n"
-            "gpgcheck=1\n"
-            f"gpgkey={base}/gpg\n",
-        )
+        dnf_repository("Docker's", DNF_REPO, "docker-ce.repo.j2", base=base)
 
 
 @deploy("Docker")

@@ -1,7 +1,7 @@
-"""Facts rayrig reads from each host, and a per-host memo for them.
+"""Facts rayrig reads from each host, and a per-run memo for them.
 
 pyinfra 3 does not cache ``host.get_fact``: every call is a round trip. The
-deploy reads each fact once per host through ``fact()``. Every fact's command
+deploy reads each fact once per host and run through ``fact()``. Every fact's command
 succeeds on a fresh host (a missing tool gives an empty answer, never an
 error), so planning works before anything is installed.
 """
@@ -9,18 +9,17 @@ error), so planning works before anything is installed.
 from __future__ import annotations
 
 import json
-import weakref
+from shlex import quote
 from typing import Any
 
 from pyinfra.api import FactBase
 
-#: Per pyinfra run (its State, held weakly so a finished run's facts go with it).
-_MEMO: weakref.WeakKeyDictionary[Any, dict[tuple[str, type, tuple], Any]] = weakref.WeakKeyDictionary()
+from deploy.memo import run_memo
 
 
 def fact(host: Any, cls: type[FactBase], *args: Any) -> Any:
     """``host.get_fact(cls, *args)``, read once per host and deploy run."""
-    memo = _MEMO.setdefault(host.state, {})
+    memo = run_memo(host.state, "facts")
     key = (host.name, cls, args)
     if key not in memo:
         memo[key] = host.get_fact(cls, *args)
@@ -90,8 +89,6 @@ class FileText(FactBase):
     """The text of a file, or None when it does not exist."""
 
     def command(self, path: str) -> str:
-        from shlex import quote
-
         return f"if [ -f {quote(path)} ]; then echo EXISTS; cat {quote(path)}; else echo ABSENT; fi"
 
     def process(self, output: list[str]) -> str | None:
@@ -104,8 +101,6 @@ class DockerImageId(FactBase):
     """The local id of an image reference, or None when absent (or no Docker)."""
 
     def command(self, ref: str) -> str:
-        from shlex import quote
-
         return (
             "command -v docker >/dev/null 2>&1 && "
             f"docker image inspect --format '{{{{.Id}}}}' {quote(ref)} 2>/dev/null || true"
@@ -116,12 +111,10 @@ class DockerImageId(FactBase):
         return ids[0] if ids else None
 
 
-class DockerContainer(FactBase):
+class ContainerState(FactBase):
     """A container's id, image, running state and labels, or None when absent."""
 
     def command(self, container: str) -> str:
-        from shlex import quote
-
         return (
             "command -v docker >/dev/null 2>&1 && "
             f"docker container inspect --format '{{{{json .}}}}' {quote(container)} 2>/dev/null || true"
@@ -143,39 +136,41 @@ class DockerContainer(FactBase):
         }
 
 
-class NvidiaGpus(FactBase):
-    """NVIDIA GPUs on the PCI bus and what the driver reports.
+class NvidiaDevices(FactBase):
+    """NVIDIA devices on the PCI bus, and what the driver reports about the GPUs.
 
-    Returns ``{"pci_count": 8, "driver": {"count": 8, "models": [...],
-    "driver_version": "550.54.15", "memory_mib": [...]} or None}``; ``driver`` is
-    None when nvidia-smi is missing or fails (no working driver).
+    Returns ``{"pci_count": 8, "nvswitches": 4, "driver": {"count": 8, "models": [...],
+    "driver_version": "550.54.15", "memory_mib": [...]} or None}``. ``pci_count``: the
+    GPUs (PCI class 0x0300 VGA or 0x0302 3D controller, vendor 0x10de); ``nvswitches``:
+    the NVSwitch chips of HGX/DGX boards (class 0x0680 bridge), which need
+    nvidia-fabricmanager; ``driver``: None when nvidia-smi is missing or fails (no
+    working driver).
     """
 
     @staticmethod
     def default() -> dict[str, Any]:
-        return {"pci_count": 0, "driver": None}
+        return {"pci_count": 0, "nvswitches": 0, "driver": None}
 
     def command(self) -> str:
-        # PCI class 0x0300 (VGA) or 0x0302 (3D controller) with vendor 0x10de;
-        # NVSwitch bridges (class 0x0680) are not GPUs.
         return (
-            "n=0; for d in /sys/bus/pci/devices/*; do "
+            "n=0; s=0; for d in /sys/bus/pci/devices/*; do "
             '[ -r "$d/vendor" ] || continue; '
             '[ "$(cat "$d/vendor")" = 0x10de ] || continue; '
-            'case "$(cat "$d/class")" in 0x0300*|0x0302*) n=$((n+1));; esac; done; '
-            'echo "PCI_GPUS=$n"; '
+            'case "$(cat "$d/class")" in 0x0300*|0x0302*) n=$((n+1));; 0x0680*) s=$((s+1));; esac; done; '
+            'echo "PCI_GPUS=$n"; echo "NVSWITCHES=$s"; '
             "if command -v nvidia-smi >/dev/null 2>&1; then "
             "nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader,nounits "
             "2>/dev/null | sed 's/^/GPU=/' || echo SMI_FAILED; fi"
         )
 
     def process(self, output: list[str]) -> dict[str, Any]:
-        pci = 0
+        counts = {"PCI_GPUS": 0, "NVSWITCHES": 0}
         gpus = []
         failed = False
         for line in output:
-            if line.startswith("PCI_GPUS="):
-                pci = int(line.split("=", 1)[1] or 0)
+            key, sep, value = line.partition("=")
+            if sep and key in counts:
+                counts[key] = int(value.strip()) if value.strip().isdigit() else 0
             elif line.startswith("GPU="):
                 parts = [p.strip() for p in line[4:].split(",")]
                 if len(parts) >= 3:
@@ -190,29 +185,4 @@ class NvidiaGpus(FactBase):
                 "driver_version": gpus[0][1],
                 "memory_mib": [int(g[2]) if g[2].isdigit() else None for g in gpus],
             }
-        return {"pci_count": pci, "driver": driver}
-
-
-class NvSwitches(FactBase):
-    """The number of NVIDIA NVSwitch chips on the PCI bus (HGX/DGX boards): PCI class
-    0x0680 (bridge) with vendor 0x10de. Such systems need nvidia-fabricmanager."""
-
-    @staticmethod
-    def default() -> int:
-        return 0
-
-    def command(self) -> str:
-        return (
-            "n=0; for d in /sys/bus/pci/devices/*; do "
-            '[ -r "$d/vendor" ] || continue; '
-            '[ "$(cat "$d/vendor")" = 0x10de ] || continue; '
-            'case "$(cat "$d/class")" in 0x0680*) n=$((n+1));; esac; done; '
-            'echo "NVSWITCHES=$n"'
-        )
-
-    def process(self, output: list[str]) -> int:
-        for line in output:
-            if line.startswith("NVSWITCHES="):
-                value = line.split("=", 1)[1].strip()
-                return int(value) if value.isdigit() else 0
-        return 0
+        return {"pci_count": counts["PCI_GPUS"], "nvswitches": counts["NVSWITCHES"], "driver": driver}

@@ -43,7 +43,6 @@ from __future__ import annotations
 import ipaddress
 import shlex
 import socket
-import weakref
 from collections.abc import Iterable, Mapping
 from io import StringIO
 from typing import Any
@@ -56,14 +55,17 @@ from pyinfra.operations import files, server, systemd
 
 from deploy.base import install_packages
 from deploy.facts import fact
+from deploy.memo import run_memo
+from deploy.nfs import NFS_PORT, serves_nfs
 from deploy.ports import WORKER_RANGE, port_ranges
 from deploy.settings import host_data, host_settings, is_loopback, node_address, parse_address
-from deploy.storage import NFS_PORT, serves_nfs
+from deploy.templating import put_template, render
 
 TABLE = "inet rayrig"
 RULESET_PATH = "/etc/rayrig/firewall.nft"
 UNIT = "rayrig-firewall.service"
 UNIT_PATH = f"/etc/systemd/system/{UNIT}"
+UNIT_TEMPLATE = "rayrig-firewall.service.j2"
 NFT = "/usr/sbin/nft"  # where every supported distribution installs it
 #: The other firewalls rayrig refuses to run beside, with how to turn each off.
 OTHER_FIREWALLS = {"ufw": "sudo ufw disable", "firewalld": "sudo systemctl disable --now firewalld"}
@@ -365,26 +367,13 @@ def render_ruleset(
 
 
 def unit_text() -> str:
-    """rayrig-firewall.service: loads the ruleset at boot, before the network is up."""
-    return f"""[Unit]
-Description=rayrig's inbound firewall (nftables table inet rayrig)
-Documentation=file:{RULESET_PATH}
-DefaultDependencies=no
-Wants=network-pre.target
-Before=network-pre.target shutdown.target
-After=nftables.service
-Conflicts=shutdown.target
+    """rayrig-firewall.service (``templates/rayrig-firewall.service.j2``): loads the ruleset at boot,
+    before the network is up."""
+    return render(UNIT_TEMPLATE, **_unit_values())
 
-[Service]
-Type=oneshot
-RemainAfterExit=yes
-ExecStart={NFT} -f {RULESET_PATH}
-ExecReload={NFT} -f {RULESET_PATH}
-ExecStop=-{NFT} delete table {TABLE}
 
-[Install]
-WantedBy=multi-user.target
-"""
+def _unit_values() -> dict[str, str]:
+    return {"nft": NFT, "ruleset_path": RULESET_PATH, "table": TABLE}
 
 
 def check_command(path: str = RULESET_PATH) -> str:
@@ -408,9 +397,6 @@ def conflict_message(host_name: str, others: Mapping[str, str], ray_ports: Mappi
 
 
 # --- The cluster's members ------------------------------------------------------------------------
-
-#: Per pyinfra run (held weakly, as deploy.facts does): the members' addresses, resolved once.
-_MEMBERS: weakref.WeakKeyDictionary[Any, list[str]] = weakref.WeakKeyDictionary()
 
 
 def resolve_address(address: str, host_name: str) -> list[str]:
@@ -440,9 +426,10 @@ def member_addresses(hosts: Iterable[Any]) -> list[str]:
 
 def cluster_members() -> list[str]:
     """The current inventory's member addresses (resolved once per deploy run)."""
-    if host.state not in _MEMBERS:
-        _MEMBERS[host.state] = member_addresses(inventory)
-    return _MEMBERS[host.state]
+    memo = run_memo(host.state, "firewall")
+    if "members" not in memo:
+        memo["members"] = member_addresses(inventory)
+    return memo["members"]
 
 
 def ssh_ports(data: Mapping[str, Any], source: Mapping[str, Any] | None) -> list[int]:
@@ -508,6 +495,6 @@ def firewall() -> None:
     server.shell(name="Check rayrig's nftables ruleset", commands=[check_command()], **when)
     server.shell(name="Load rayrig's nftables ruleset", commands=[f"nft -f {shlex.quote(RULESET_PATH)}"], **when)
 
-    unit = files.put(name=f"Install the {UNIT} unit", src=StringIO(unit_text()), dest=UNIT_PATH, mode="644")
+    unit = put_template(f"Install the {UNIT} unit", UNIT_TEMPLATE, UNIT_PATH, **_unit_values())
     systemd.daemon_reload(name="Reload systemd units for rayrig's firewall", _if=unit.did_change)
     systemd.service(name=f"Enable {UNIT} (loads the ruleset at boot)", service=UNIT, running=True, enabled=True)

@@ -1,6 +1,6 @@
 """NVIDIA: GPU hosts ready to run GPU containers; CPU hosts left alone.
 
-On a host with NVIDIA GPUs on its PCI bus (fact ``NvidiaGpus``), ensures:
+On a host with NVIDIA GPUs on its PCI bus (fact ``NvidiaDevices``), ensures:
 
 - a working driver. ``nvidia_driver = "preinstalled"`` (the default) stops the
   deploy, before any change, when nvidia-smi does not answer; ``"install"``
@@ -10,7 +10,7 @@ On a host with NVIDIA GPUs on its PCI bus (fact ``NvidiaGpus``), ensures:
   waits for the host when ``nvidia_allow_reboot`` is true, or stops that host
   saying that it needs a reboot;
 - nvidia-persistenced enabled and running;
-- on NVSwitch systems (fact ``NvSwitches``), nvidia-fabricmanager at the
+- on NVSwitch systems (``NvidiaDevices``'s ``nvswitches``), nvidia-fabricmanager at the
   driver's version, enabled and running;
 - the NVIDIA Container Toolkit at ``nvidia_toolkit_version`` from
   ``nvidia_toolkit_repo_url`` (signed apt or dnf repository), and the NVIDIA
@@ -23,7 +23,7 @@ A host whose detected and declared GPU count is 0 gets no NVIDIA operation at
 all. What differs between distributions is data (``NVIDIA_OS``), as in
 ``deploy/platform.py``. Example:
 
-    nvidia()   # in deploy/cluster.py, after docker() and image(), before ray_node()
+    nvidia()   # in deploy/cluster.py, after docker() and ray_image(), before storage()
 """
 
 from __future__ import annotations
@@ -42,10 +42,11 @@ from pyinfra.operations.util import any_changed
 
 from deploy.base import dnf_repository, platform, signed_apt_repository
 from deploy.docker import DAEMON_JSON, merge_daemon_config, parse_daemon_config
-from deploy.facts import FileText, HostInfo, NvidiaGpus, NvSwitches, fact
+from deploy.facts import FileText, HostInfo, NvidiaDevices, fact
 from deploy.platform import Platform
 from deploy.ray_node import gpus_option, resolve_num_gpus
 from deploy.settings import host_settings
+from deploy.templating import render
 
 #: The toolkit's packages, installed at one version (NVIDIA's install guide pins all four).
 TOOLKIT_PACKAGES = (
@@ -57,6 +58,8 @@ TOOLKIT_PACKAGES = (
 TOOLKIT_KEYRING = "/etc/apt/keyrings/nvidia-container-toolkit-keyring.asc"  # armored: apt reads .asc keys
 TOOLKIT_APT_LIST = "/etc/apt/sources.list.d/nvidia-container-toolkit.list"
 TOOLKIT_DNF_REPO = "/etc/yum.repos.d/nvidia-container-toolkit.repo"
+TOOLKIT_DNF_TEMPLATE = "nvidia-container-toolkit.repo.j2"
+CUDA_DNF_TEMPLATE = "cuda.repo.j2"
 CUDA_KEYRING = "/etc/apt/keyrings/cuda-archive-keyring.asc"
 #: CUDA repository architecture directories ("sbsa": Arm servers).
 CUDA_ARCH = {"x86_64": "x86_64", "aarch64": "sbsa"}
@@ -203,19 +206,9 @@ def toolkit_apt_source(repo_url: str) -> str:
 
 
 def toolkit_dnf_repo(repo_url: str) -> str:
-    """The toolkit's dnf repository, as NVIDIA's nvidia-container-toolkit.repo has it."""
-    base = repo_url.rstrip("/")
-    return (
-        "[nvidia-container-toolkit]\n"
-        "name=nvidia-container-toolkit\n"
-        f"baseurl={base}/stable/rpm/$basearch\n"
-        "repo_gpgcheck=1\n"
-        "gpgcheck=0\n"
-        "enabled=1\n"
-        f"gpgkey={base}/gpgkey\n"
-        "sslverify=1\n"
-        "sslcacert=/etc/pki/tls/certs/ca-bundle.crt\n"
-    )
+    """The toolkit's dnf repository, as NVIDIA's nvidia-container-toolkit.repo has it
+    (``templates/nvidia-container-toolkit.repo.j2``)."""
+    return render(TOOLKIT_DNF_TEMPLATE, base=repo_url.rstrip("/"))
 
 
 def cuda_repo_base(repo_url: str, nos: NvidiaOs, arch: str) -> str:
@@ -235,10 +228,14 @@ def cuda_apt_list(nos: NvidiaOs, arch: str) -> str:
 
 
 def cuda_dnf_repo(repo_url: str, nos: NvidiaOs, arch: str) -> str:
-    """The CUDA repository for dnf, as NVIDIA's cuda-<os>.repo has it (the URL from data)."""
-    base = cuda_repo_base(repo_url, nos, arch)
+    """The CUDA repository for dnf, as NVIDIA's cuda-<os>.repo has it (the URL from data;
+    ``templates/cuda.repo.j2``)."""
+    return render(CUDA_DNF_TEMPLATE, **_cuda_dnf_values(repo_url, nos, arch))
+
+
+def _cuda_dnf_values(repo_url: str, nos: NvidiaOs, arch: str) -> dict[str, str]:
     section = f"cuda-{nos.cuda_dir}-{CUDA_ARCH.get(arch, arch)}"
-    return f"[{section}]\nname={section}\nbaseurl={base}\nenabled=1\ngpgcheck=1\ngpgkey={base}/{nos.cuda_key}\n"
+    return {"section": section, "base": cuda_repo_base(repo_url, nos, arch), "key": nos.cuda_key}
 
 
 def cuda_dnf_repo_path(nos: NvidiaOs) -> str:
@@ -283,7 +280,7 @@ def has_nvidia_runtime(daemon: dict[str, Any]) -> bool:
 def smoke_command(image: str, gpus: str, count: int) -> str:
     """A shell command that fails unless a container from ``image`` given ``gpus`` lists ``count`` GPUs.
 
-    The image is not pulled here (the image step did, with rayrig's registry login).
+    The image is not pulled here (the Ray image step did, with rayrig's registry login).
     """
     run = shlex.join(["docker", "run", "--rm", "--pull=never", gpus, "--entrypoint=nvidia-smi", image, "-L"])
     sees, expected = shlex.quote(f"a {image} container sees"), shlex.quote(f"GPUs, expected {int(count)}:")
@@ -334,7 +331,7 @@ def _cuda_repository(plat: Platform, nos: NvidiaOs, repo_url: str) -> None:
             line=cuda_apt_source(repo_url, nos, arch),
         )
     else:
-        dnf_repository("the CUDA", cuda_dnf_repo_path(nos), cuda_dnf_repo(repo_url, nos, arch))
+        dnf_repository("the CUDA", cuda_dnf_repo_path(nos), CUDA_DNF_TEMPLATE, **_cuda_dnf_values(repo_url, nos, arch))
 
 
 def _driver(plat: Platform, nos: NvidiaOs, settings: dict[str, Any], installed: dict[str, Any]) -> tuple[list, bool]:
@@ -389,7 +386,7 @@ def _toolkit(plat: Platform, settings: dict[str, Any], installed: dict[str, Any]
             line=toolkit_apt_source(url),
         )
     else:
-        dnf_repository("the NVIDIA Container Toolkit", TOOLKIT_DNF_REPO, toolkit_dnf_repo(url))
+        dnf_repository("the NVIDIA Container Toolkit", TOOLKIT_DNF_REPO, TOOLKIT_DNF_TEMPLATE, base=url.rstrip("/"))
     if toolkit_current(installed, version):
         return []
     specs = toolkit_specs(plat.family, version)
@@ -418,7 +415,7 @@ def _docker_runtime(settings: dict[str, Any]) -> list:
 @deploy("NVIDIA")
 def nvidia() -> None:
     settings = host_settings(host)
-    gpus = fact(host, NvidiaGpus)
+    gpus = fact(host, NvidiaDevices)
     visible = settings["nvidia_visible_devices"]
     count = resolve_num_gpus(settings["ray_num_gpus"], gpus, host.name, visible)
     if count == 0:
@@ -430,7 +427,7 @@ def nvidia() -> None:
     if driver is None and settings["nvidia_driver"] != "install":
         raise NvidiaDriverMissing(driver_missing_message(host.name, gpus.get("pci_count", 0)))
     installed = fact(host, DebPackages if plat.family == "apt" else RpmPackages) or {}
-    switches = fact(host, NvSwitches)
+    switches = gpus["nvswitches"]
 
     if plat.family == "apt":
         files.directory(name="Create the apt keyrings directory for NVIDIA", path="/etc/apt/keyrings", mode="755")

@@ -44,7 +44,7 @@ def detect(info: dict[str, Any], host_name: str = "") -> Platform:
     dnf_base = ("ca-certificates", "curl", "gnupg2")
     if os_id == "ubuntu" and version in ("22.04", "24.04"):
         return Platform(os_id, version, codename, "apt", apt_base, ("docker.io",), "ubuntu")
-    if os_id == "debian" and major in ("12", "13"):
+    if os_id == "debian" and major == "12":
         return Platform(os_id, version, codename, "apt", apt_base, ("docker.io",), "debian")
     if os_id in ("rocky", "rhel", "almalinux") and major == "9":
         # RHEL 9 and its rebuilds ship podman, not Docker: the engine comes from Docker's repository.

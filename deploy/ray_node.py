@@ -32,14 +32,16 @@ from pyinfra.api.exceptions import PyinfraError
 from pyinfra.operations import files, server, systemd
 
 from deploy import auth
-from deploy.facts import DockerContainer, HostInfo, NvidiaGpus, fact
-from deploy.image import put_secret_file
+from deploy.facts import ContainerState, HostInfo, NvidiaDevices, fact
+from deploy.secret_files import put_secret_file
 from deploy.settings import host_data, host_settings, merge, node_address
 from deploy.storage import mount_points
+from deploy.templating import put_template, render
 
 HASH_LABEL = "rayrig.config-hash"
 ROLE_LABEL = "rayrig.role"
 TOKEN_LABEL = "rayrig.auth-token-digest"  # says when the token changed, nothing about it
+UNIT_TEMPLATE = "ray-node.service.j2"  # the systemd unit that supervises the container
 
 
 class GpuCountError(PyinfraError):
@@ -215,7 +217,10 @@ def desired_run_args(current_host: Any) -> tuple[str, list[str]]:
     info = fact(current_host, HostInfo)
     role = settings["ray_role"]
     num_gpus = resolve_num_gpus(
-        settings["ray_num_gpus"], fact(current_host, NvidiaGpus), current_host.name, settings["nvidia_visible_devices"]
+        settings["ray_num_gpus"],
+        fact(current_host, NvidiaDevices),
+        current_host.name,
+        settings["nvidia_visible_devices"],
     )
     start = ray_start_args(settings, role, node_address(current_host), node_address(head_host()), num_gpus)
     shm = shm_size(settings["ray_shm_size"], info["mem_bytes"])
@@ -225,29 +230,13 @@ def desired_run_args(current_host: Any) -> tuple[str, list[str]]:
 
 
 def unit_text(container: str, mounts: list[str] | tuple[str, ...] = ()) -> str:
-    """The systemd unit that supervises the container.
+    """The systemd unit that supervises the container (``templates/ray-node.service.j2``).
 
     With shared ``mounts``, the unit requires them (``RequiresMountsFor``): Ray
     starts only once they are mounted, and a remount restarts the container so
     that its bind mounts show the new mount.
     """
-    requires = f"RequiresMountsFor={' '.join(mounts)}\n" if mounts else ""
-    return f"""[Unit]
-Description=Ray node in the {container} container (managed by rayrig)
-Requires=docker.service
-After=docker.service network-online.target remote-fs.target
-Wants=network-online.target
-{requires}
-[Service]
-ExecStart=/usr/bin/env docker start --attach {container}
-ExecStop=-/usr/bin/env docker exec {container} ray stop --grace-period 20
-ExecStop=/usr/bin/env docker stop --time 30 {container}
-Restart=always
-RestartSec=3
-
-[Install]
-WantedBy=multi-user.target
-"""
+    return render(UNIT_TEMPLATE, container=container, mounts=list(mounts))
 
 
 @deploy("Ray node")
@@ -269,13 +258,14 @@ def ray_node() -> None:
         uid = f"docker run --rm --network=none --entrypoint id {shlex.quote(settings['ray_image'])} -u"
         own_token = [f'chown "$({uid})" {auth.NODE_TOKEN_PATH}']
 
-    unit = files.put(
-        name=f"Install the {name} systemd unit",
-        src=StringIO(unit_text(name, mount_points(settings))),
-        dest=f"/etc/systemd/system/{name}.service",
-        mode="644",
+    unit = put_template(
+        f"Install the {name} systemd unit",
+        UNIT_TEMPLATE,
+        f"/etc/systemd/system/{name}.service",
+        container=name,
+        mounts=mount_points(settings),
     )
-    if is_current(fact(host, DockerContainer, name), run_args):
+    if is_current(fact(host, ContainerState, name), run_args):
         systemd.daemon_reload(name="Reload systemd units", _if=unit.did_change)
         systemd.service(
             name=f"Keep the {name} service enabled and running",

@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import weakref
 from typing import Any
 
+from deploy.memo import run_memo
 from deploy.schema import check_inventory
-
-_VALIDATED: weakref.WeakSet[Any] = weakref.WeakSet()  # the pyinfra States already validated
 
 
 def validate_once(state: Any, inventory: Any) -> None:
     """Validate the whole inventory the first time a deploy file runs in ``state``."""
-    if state in _VALIDATED:
+    done = run_memo(state, "validate")
+    if done:
         return
     check_inventory(inventory)
-    _VALIDATED.add(state)
+    done["inventory"] = True

@@ -17,8 +17,8 @@ Run it from the repository root (pyinfra puts the working directory on sys.path)
 
 import os as _os
 
-from tests.plan.fakehosts import cluster as _cluster
-from tests.plan.fakehosts import cluster_data as _cluster_data
+from tests.plan.fakes.fakehosts import cluster as _cluster
+from tests.plan.fakes.fakehosts import cluster_data as _cluster_data
 
 _VARIANTS = {
     "default": {},

@@ -7,12 +7,17 @@ host's ``fake_responses``; its ``put_file`` is wrapped to keep every file
 uploaded (path -> content). The commands of each operation come from its
 ``OperationMeta`` once it ran (``_commands``: pyinfra has no public accessor),
 masked the way pyinfra prints them.
+
+Every run has a State of its own; what the deploy keeps for a run (facts read, the
+cluster's addresses) lives in ``deploy.memo``, held weakly per State, so runs never
+share it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import re
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,10 +33,6 @@ from pyinfra_cli.util import load_deploy_file
 
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTER = ROOT / "deploy" / "cluster.py"
-
-#: Every State made here stays referenced: deploy modules memoize per ``id(state)``,
-#: and an id reused by a later State would hand it the earlier run's facts.
-_STATES: list[State] = []
 
 
 @dataclass
@@ -81,8 +82,6 @@ class HostRun:
 
     def docker_create(self) -> list[str]:
         """The ray-node container's create/run command line, split into arguments."""
-        import shlex
-
         found = self.commands_matching(r"^docker (create|run) ")
         assert len(found) == 1, f"{self.name}: {len(found)} docker create/run commands: {found}"
         return shlex.split(found[0])
@@ -134,7 +133,6 @@ def run_deploy(hosts: list[tuple[str, dict[str, Any]]], deploy_file: Path = CLUS
     GPU mismatch) propagate, as the CLI stops on them before any operation.
     """
     state = State(check_for_changes=False)
-    _STATES.append(state)
     state.cwd = str(ROOT)
     config = Config()
     inventory = Inventory((hosts, {}))

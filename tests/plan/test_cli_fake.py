@@ -127,7 +127,7 @@ def test_registry_password_never_printed(tmp_path, extra):
     """Not in a command line, and not in the file diff pyinfra shows with --diff."""
     inventory = tmp_path / "auth_inventory.py"
     inventory.write_text(
-        "from tests.plan.fakehosts import cluster\n"
+        "from tests.plan.fakes.fakehosts import cluster\n"
         "hosts = cluster('ubuntu22', 'fresh', data={'docker_registry_auth': "
         "{'registry': 'registry.lab.example:5000', 'username': 'ray', 'password': 'hunter2-Secret'}})\n"
     )

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from deploy import auth, settings
-from tests.plan.fakehosts import CPU_WORKER, GPU_WORKER, HEAD, reference_cluster
+from tests.plan.fakes.fakehosts import CPU_WORKER, GPU_WORKER, HEAD, reference_cluster
 from tests.plan.harness import run_deploy
 
 NODES = (HEAD, GPU_WORKER, CPU_WORKER)

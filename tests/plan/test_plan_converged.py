@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tests.plan.fakehosts import (
+from tests.plan.fakes.fakehosts import (
     CPU_WORKER,
     GPU_WORKER,
     HEAD,

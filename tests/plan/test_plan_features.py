@@ -10,7 +10,7 @@ import pytest
 from deploy.nvidia import NvidiaDriverMissing
 from deploy.platform import UnsupportedPlatform
 from deploy.ray_node import GpuCountError
-from tests.plan.fakehosts import CPU_WORKER, GPU_WORKER, HEAD, cluster, reference_cluster, with_data
+from tests.plan.fakes.fakehosts import CPU_WORKER, GPU_WORKER, HEAD, cluster, reference_cluster, with_data
 from tests.plan.harness import run_deploy
 
 AUTH = {"registry": "registry.lab.example:5000", "username": "ray", "password": "hunter2-Secret"}
@@ -79,7 +79,7 @@ def test_gpus_on_the_bus_without_a_driver_count_from_pci():
     hosts = reference_cluster("ubuntu22")
     name, data = hosts[1]
     others = {k: v for k, v in data["fake_responses"].items() if k != "PCI_GPUS="}
-    responses = {"PCI_GPUS=": ["PCI_GPUS=8"], **others}  # first match wins
+    responses = {"PCI_GPUS=": ["PCI_GPUS=8", "NVSWITCHES=0"], **others}  # first match wins
     hosts[1] = (name, {**data, "fake_responses": responses})
     # By default a GPU host without a working driver stops the deploy, naming the host...
     with pytest.raises(NvidiaDriverMissing, match=f"host {name}: 8 NVIDIA GPU"):

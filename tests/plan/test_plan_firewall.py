@@ -10,9 +10,10 @@ import socket
 import pytest
 
 from deploy.firewall import FirewallConflict, UnresolvableNode
-from tests.plan.fake_firewall import DEPLOY_SOURCE, expected_ruleset
-from tests.plan.fakehosts import CPU_WORKER, FAMILY, GPU_WORKER, HEAD, OSES, cluster, reference_cluster, with_data
+from tests.plan.fakes.fake_firewall import DEPLOY_SOURCE, expected_ruleset
+from tests.plan.fakes.fakehosts import CPU_WORKER, FAMILY, GPU_WORKER, HEAD, OSES, cluster, reference_cluster, with_data
 from tests.plan.harness import HostRun, run_deploy
+from tests.plan.test_cli_fake import command_lines, operation_output, run_pyinfra
 
 RULESET = "/etc/rayrig/firewall.nft"
 UNIT = "/etc/systemd/system/rayrig-firewall.service"
@@ -282,11 +283,9 @@ def test_one_node_cluster_admits_itself():
 
 
 def test_pyinfra_prints_the_conflict_and_exits_non_zero_before_any_operation(tmp_path):
-    from tests.plan.test_cli_fake import command_lines, operation_output, run_pyinfra
-
     inventory = tmp_path / "ufw_inventory.py"
     inventory.write_text(
-        "from tests.plan.fakehosts import cluster\n"
+        "from tests.plan.fakes.fakehosts import cluster\n"
         "hosts = cluster('ubuntu22', 'fresh', options={'@fake/worker-2': {'firewall': {'ufw': 'active'}}})\n"
     )
     code, output = run_pyinfra(inventory=str(inventory))

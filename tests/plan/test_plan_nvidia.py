@@ -17,7 +17,7 @@ from pyinfra.connectors.fake import FakeConnector
 
 from deploy.nvidia import NvidiaDriverMissing
 from deploy.ray_node import GpuCountError
-from tests.plan.fakehosts import (
+from tests.plan.fakes.fakehosts import (
     CPU_WORKER,
     GPU_WORKER,
     HEAD,

@@ -8,7 +8,7 @@ import shlex
 
 import pytest
 
-from tests.plan.fakehosts import (
+from tests.plan.fakes.fakehosts import (
     CPU_WORKER,
     GPU_WORKER,
     HEAD,

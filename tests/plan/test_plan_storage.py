@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from deploy import storage
-from tests.plan.fakehosts import CPU_WORKER, GPU_WORKER, HEAD, OSES, cluster, reference_cluster, with_data
+from deploy import mount_units, nfs
+from tests.plan.fakes.fakehosts import CPU_WORKER, GPU_WORKER, HEAD, OSES, cluster, reference_cluster, with_data
 from tests.plan.harness import run_deploy
 from tests.plan.test_cli_fake import command_lines, run_pyinfra
 
@@ -80,7 +80,7 @@ def test_nfs_server_exports_to_the_cluster_only(os_name):
         [SERVER_PACKAGE[family], CLIENT_PACKAGE[family]] if family == "apt" else ["-y", "nfs-utils"]
     )
     assert head.op("Create the NFS export /srv/shared").commands == ["mkdir -p /srv/shared", "chmod 1777 /srv/shared"]
-    exports = head.op(r"Write the NFS exports").uploads[storage.EXPORTS_FILE]
+    exports = head.op(r"Write the NFS exports").uploads[nfs.EXPORTS_FILE]
     lines = exports.splitlines()
     assert lines[0].startswith("# Managed by rayrig")
     assert lines[1:] == [
@@ -97,7 +97,7 @@ def test_nfs_server_exports_to_the_cluster_only(os_name):
     for name in (GPU_WORKER, CPU_WORKER):
         assert not run[name].has_op("NFS export|NFS server|exportfs")
         assert SERVER_PACKAGE[family] not in install_command(run[name]) or family == "dnf"
-        assert storage.EXPORTS_FILE not in run[name].uploads
+        assert nfs.EXPORTS_FILE not in run[name].uploads
 
 
 def test_exports_follow_the_inventory_addresses():
@@ -108,7 +108,7 @@ def test_exports_follow_the_inventory_addresses():
     ]
     data = {**NFS, "storage_nfs_mounts": [], "firewall_enabled": False}  # the firewall resolves names here
     run = run_deploy(cluster("ubuntu22", hosts=hosts, data=data))
-    exports = run[HEAD].op(r"Write the NFS exports").uploads[storage.EXPORTS_FILE]
+    exports = run[HEAD].op(r"Write the NFS exports").uploads[nfs.EXPORTS_FILE]
     clients = {re.sub(r"\(.*", "", c) for line in exports.splitlines()[1:] for c in line.split()[1:]}
     assert clients == {"192.168.7.10", "192.168.7.11", "gpu02.lab"}
 
@@ -277,7 +277,7 @@ def test_s3_on_amazon_linux_uses_mountpoint():
 def test_s3fs_asked_for_on_amazon_linux_stops_the_deploy_naming_host_and_mount():
     data = {"storage_s3_mounts": [{"bucket": "datasets", "path": "/mnt/datasets", "driver": "s3fs"}]}
     expected = rf"host {CPU_WORKER}: storage_s3_mounts /mnt/datasets: driver 's3fs' is not available on amzn 2023"
-    with pytest.raises(storage.StorageError, match=expected):
+    with pytest.raises(mount_units.StorageError, match=expected):
         run_deploy(reference_cluster("al2023", host_data={CPU_WORKER: data}))
 
 
@@ -294,7 +294,7 @@ def test_s3_secret_is_never_printed_by_pyinfra(tmp_path):
     """Not in a command line, an operation name, nor the diff pyinfra shows with --diff."""
     inventory = tmp_path / "s3_inventory.py"
     inventory.write_text(
-        f"from tests.plan.fakehosts import cluster\nhosts = cluster('debian12', 'fresh', data={S3!r})\n"
+        f"from tests.plan.fakes.fakehosts import cluster\nhosts = cluster('debian12', 'fresh', data={S3!r})\n"
     )
     code, output = run_pyinfra(inventory=str(inventory), extra=["--diff"])
     assert code == 0, output[-3000:]

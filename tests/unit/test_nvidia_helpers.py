@@ -1,6 +1,6 @@
 """The pure helpers of the NVIDIA layer: OS data, repository files, package pins, the
 daemon.json runtime check, the GPU count and device list, the smoke and reboot commands
-(run for real in a shell, against a stub docker), the NVSwitch fact, and the data schema."""
+(run for real in a shell, against a stub docker), and the data schema."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from deploy import nvidia, platform, ray_node, schema, settings
-from deploy.facts import HostInfo, NvSwitches
-from tests.plan.fakehosts import OS_RELEASE, OSES
+from deploy.facts import HostInfo
+from tests.plan.fakes.fakehosts import OS_RELEASE, OSES
 
 H100_DRIVER = {"pci_count": 8, "driver": {"count": 8, "models": ["H100"] * 8, "driver_version": "550.54.15"}}
 
@@ -271,33 +271,6 @@ def test_driver_missing_message():
     message = nvidia.driver_missing_message("gpu-01", 4)
     assert message.startswith("host gpu-01: 4 NVIDIA GPU(s) on the PCI bus but no working driver")
     assert 'set nvidia_driver = "install"' in message
-
-
-# --- The NVSwitch fact ---------------------------------------------------------------------------------
-
-
-def test_nvswitch_fact_parses_its_line():
-    assert NvSwitches().process(["NVSWITCHES=4"]) == 4
-    assert NvSwitches().process(["NVSWITCHES=0"]) == 0
-    assert NvSwitches().process([]) == 0
-    assert NvSwitches.default() == 0
-
-
-def test_nvswitch_fact_counts_nvidia_bridges_only(tmp_path: Path):
-    devices = {
-        "0000:05:00.0": ("0x10de", "0x030200"),  # H100 (3D controller)
-        "0000:07:00.0": ("0x10de", "0x068000"),  # NVSwitch
-        "0000:08:00.0": ("0x10de", "0x068000"),  # NVSwitch
-        "0000:09:00.0": ("0x8086", "0x068000"),  # another vendor's bridge
-        "0000:0a:00.0": ("0x15b3", "0x020700"),  # a NIC
-    }
-    for name, (vendor, cls) in devices.items():
-        (tmp_path / name).mkdir()
-        (tmp_path / name / "vendor").write_text(vendor + "\n")
-        (tmp_path / name / "class").write_text(cls + "\n")
-    command = NvSwitches().command().replace("/sys/bus/pci/devices", str(tmp_path))
-    output = subprocess.run(["sh", "-c", command], capture_output=True, text=True, check=True).stdout
-    assert NvSwitches().process(output.splitlines()) == 2
 
 
 # --- Data ----------------------------------------------------------------------------------------------

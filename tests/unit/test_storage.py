@@ -18,7 +18,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from deploy import storage
+from deploy import mount_units, nfs, s3, storage
 from deploy.platform import detect
 
 SYSTEMD_ESCAPE = shutil.which("systemd-escape")
@@ -51,29 +51,29 @@ def fake_host(name: str, **data):
     ],
 )
 def test_escape_path(path, expected):
-    assert storage.escape_path(path) == expected
+    assert mount_units.escape_path(path) == expected
 
 
 @pytest.mark.skipif(SYSTEMD_ESCAPE is None, reason="systemd-escape is not installed here")
 @pytest.mark.parametrize("path", PATHS)
 def test_escape_path_is_what_systemd_escape_says(path):
     real = subprocess.run([SYSTEMD_ESCAPE, "--path", path], capture_output=True, text=True, check=True).stdout.strip()
-    assert storage.escape_path(path) == real
+    assert mount_units.escape_path(path) == real
 
 
 def test_unit_names():
-    assert storage.mount_unit_name("/mnt/my-data") == "mnt-my\\x2ddata.mount"
-    assert storage.mountpoint_unit_name("/mnt/datasets") == "rayrig-s3-mnt-datasets.service"
-    assert storage.s3_unit_name("/mnt/d", "s3fs") == "mnt-d.mount"
-    assert storage.s3_unit_name("/mnt/d", "mountpoint-s3") == "rayrig-s3-mnt-d.service"
+    assert mount_units.mount_unit_name("/mnt/my-data") == "mnt-my\\x2ddata.mount"
+    assert s3.mountpoint_unit_name("/mnt/datasets") == "rayrig-s3-mnt-datasets.service"
+    assert s3.s3_unit_name("/mnt/d", "s3fs") == "mnt-d.mount"
+    assert s3.s3_unit_name("/mnt/d", "mountpoint-s3") == "rayrig-s3-mnt-d.service"
 
 
 # --- Options --------------------------------------------------------------------------------------
 
 
 def test_export_options_default_to_root_squash():
-    assert storage.export_options(None) == "rw,sync,no_subtree_check,root_squash"
-    assert storage.export_options("") == "rw,sync,no_subtree_check,root_squash"
+    assert nfs.export_options(None) == "rw,sync,no_subtree_check,root_squash"
+    assert nfs.export_options("") == "rw,sync,no_subtree_check,root_squash"
 
 
 @pytest.mark.parametrize(
@@ -90,7 +90,7 @@ def test_export_options_default_to_root_squash():
     ],
 )
 def test_export_options_replace_only_what_the_data_says(given, expected):
-    assert storage.export_options(given) == expected
+    assert nfs.export_options(given) == expected
 
 
 @pytest.mark.parametrize(
@@ -103,19 +103,19 @@ def test_export_options_replace_only_what_the_data_says(given, expected):
     ],
 )
 def test_nfs_mount_options(given, expected):
-    assert storage.nfs_mount_options(given) == expected
+    assert nfs.nfs_mount_options(given) == expected
 
 
 # --- The exports file ---------------------------------------------------------------------------
 
 
 def test_exports_open_each_export_to_the_cluster_addresses_only():
-    text = storage.exports_text(
+    text = nfs.exports_text(
         [{"path": "/srv/shared"}, {"path": "/srv/scratch", "options": "no_root_squash"}],
         ["10.0.0.10", "10.0.0.2", "10.0.0.1", "10.0.0.2"],
     )
     lines = text.splitlines()
-    assert lines[0] == storage.MARKER
+    assert lines[0] == mount_units.MARKER
     assert lines[1] == (
         "/srv/shared 10.0.0.1(rw,sync,no_subtree_check,root_squash) 10.0.0.2(rw,sync,no_subtree_check,root_squash) "
         "10.0.0.10(rw,sync,no_subtree_check,root_squash)"
@@ -133,29 +133,29 @@ def test_exports_open_each_export_to_the_cluster_addresses_only():
 def test_exports_order_does_not_depend_on_the_inventory_order():
     exports = [{"path": "/srv/shared"}]
     addresses = ["10.0.0.3", "fd00::1", "gpu01.lab", "10.0.0.1"]
-    assert storage.exports_text(exports, addresses) == storage.exports_text(exports, reversed(addresses))
-    assert storage.cluster_addresses(addresses) == ["10.0.0.1", "10.0.0.3", "fd00::1", "gpu01.lab"]
+    assert nfs.exports_text(exports, addresses) == nfs.exports_text(exports, reversed(addresses))
+    assert nfs.cluster_addresses(addresses) == ["10.0.0.1", "10.0.0.3", "fd00::1", "gpu01.lab"]
 
 
 # --- NFS mounts -----------------------------------------------------------------------------------
 
 
 def test_nfs_source():
-    assert storage.nfs_source("10.0.0.1", "/srv/shared") == "10.0.0.1:/srv/shared"
-    assert storage.nfs_source("fd00::1", "/srv/shared") == "[fd00::1]:/srv/shared"
-    assert storage.nfs_source("filer.lab", "/vol/a") == "filer.lab:/vol/a"
+    assert nfs.nfs_source("10.0.0.1", "/srv/shared") == "10.0.0.1:/srv/shared"
+    assert nfs.nfs_source("fd00::1", "/srv/shared") == "[fd00::1]:/srv/shared"
+    assert nfs.nfs_source("filer.lab", "/vol/a") == "filer.lab:/vol/a"
 
 
 def test_nfs_unit():
-    text = storage.nfs_unit_text("10.0.0.1:/srv/shared", "/mnt/shared", storage.nfs_mount_options(None))
-    assert text.startswith(storage.MARKER + "\n")
+    text = nfs.nfs_unit_text("10.0.0.1:/srv/shared", "/mnt/shared", nfs.nfs_mount_options(None))
+    assert text.startswith(mount_units.MARKER + "\n")
     parsed = unit(text)
     assert dict(parsed["Mount"]) == {
         "What": "10.0.0.1:/srv/shared",
         "Where": "/mnt/shared",
         "Type": "nfs",
         "Options": "vers=4.2,proto=tcp,hard,timeo=600,retrans=2",
-        "TimeoutSec": str(storage.MOUNT_TIMEOUT_S),
+        "TimeoutSec": str(mount_units.MOUNT_TIMEOUT_S),
     }
     assert parsed["Unit"]["Wants"] == "network-online.target"
     assert parsed["Unit"]["After"] == "network-online.target"
@@ -164,26 +164,26 @@ def test_nfs_unit():
 
 def test_resolve_server_takes_an_inventory_hosts_node_address():
     hosts = [fake_host("head", ray_node_ip="10.0.0.1"), fake_host("filer", ssh_hostname="filer.lab")]
-    assert storage.resolve_server("head", hosts) == "10.0.0.1"
-    assert storage.resolve_server("filer", hosts) == "filer.lab"
-    assert storage.resolve_server("10.9.9.9", hosts) == "10.9.9.9"
+    assert nfs.resolve_server("head", hosts) == "10.0.0.1"
+    assert nfs.resolve_server("filer", hosts) == "filer.lab"
+    assert nfs.resolve_server("10.9.9.9", hosts) == "10.9.9.9"
 
 
 def test_serves_nfs():
-    assert storage.serves_nfs({"storage_nfs_server": "head"}, "head")
-    assert not storage.serves_nfs({"storage_nfs_server": "head"}, "worker")
-    assert not storage.serves_nfs({"storage_nfs_server": None}, "head")
+    assert nfs.serves_nfs({"storage_nfs_server": "head"}, "head")
+    assert not nfs.serves_nfs({"storage_nfs_server": "head"}, "worker")
+    assert not nfs.serves_nfs({"storage_nfs_server": None}, "head")
 
 
 def test_probe_fails_fast_with_a_message_naming_server_export_and_path():
     with socket.socket() as sock:  # a port that was just free: nothing listens there
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    command = storage.probe_command("127.0.0.1", "filer:/vol/data at /mnt/data", "gpu01").replace("/2049", f"/{port}")
+    command = nfs.probe_command("127.0.0.1", "filer:/vol/data at /mnt/data", "gpu01").replace("/2049", f"/{port}")
     started = time.monotonic()
     proc = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=30)
     assert proc.returncode == 1
-    assert time.monotonic() - started < storage.PROBE_TIMEOUT_S
+    assert time.monotonic() - started < nfs.PROBE_TIMEOUT_S
     assert "gpu01: the NFS server 127.0.0.1 did not answer on TCP 2049" in proc.stderr
     assert "filer:/vol/data at /mnt/data was not mounted" in proc.stderr
 
@@ -193,27 +193,31 @@ def test_probe_passes_when_the_port_answers():
         sock.bind(("127.0.0.1", 0))
         sock.listen()
         port = sock.getsockname()[1]
-        command = storage.probe_command("127.0.0.1", "x", "h").replace("/2049", f"/{port}")
+        command = nfs.probe_command("127.0.0.1", "x", "h").replace("/2049", f"/{port}")
         assert subprocess.run(["bash", "-c", command], capture_output=True, timeout=30).returncode == 0
 
 
 def test_probe_is_bounded_in_time():
-    command = storage.probe_command("10.0.0.1", "x", "h")
-    assert command.startswith(f"timeout {storage.PROBE_TIMEOUT_S} bash -c '</dev/tcp/10.0.0.1/2049'")
+    command = nfs.probe_command("10.0.0.1", "x", "h")
+    assert command.startswith(f"timeout {nfs.PROBE_TIMEOUT_S} bash -c '</dev/tcp/10.0.0.1/2049'")
 
 
 def test_activate_commands_are_bounded_and_say_where_to_look():
-    commands = storage.activate_commands("mnt-my\\x2ddata.mount", "filer:/vol at /mnt/my-data", "/mnt/my-data", "h1")
+    commands = mount_units.activate_commands(
+        "mnt-my\\x2ddata.mount", "filer:/vol at /mnt/my-data", "/mnt/my-data", "h1"
+    )
     assert commands[:2] == ["systemctl daemon-reload", "systemctl enable 'mnt-my\\x2ddata.mount'"]
-    assert commands[2].startswith(f"timeout {storage.COMMAND_TIMEOUT_S} systemctl restart 'mnt-my\\x2ddata.mount' || ")
+    assert commands[2].startswith(
+        f"timeout {mount_units.COMMAND_TIMEOUT_S} systemctl restart 'mnt-my\\x2ddata.mount' || "
+    )
     assert "h1: could not mount filer:/vol at /mnt/my-data" in commands[2]
     assert "journalctl -u mnt-my\\x2ddata.mount" in commands[2]
-    assert commands[3].startswith(f"timeout -k 5 {storage.CHECK_TIMEOUT_S} stat /mnt/my-data/. >/dev/null || ")
+    assert commands[3].startswith(f"timeout -k 5 {mount_units.CHECK_TIMEOUT_S} stat /mnt/my-data/. >/dev/null || ")
 
 
 def test_remove_commands_unmount_disable_and_delete_the_unit():
-    commands = storage.remove_commands("mnt-old.mount", "h1")
-    assert commands[0].startswith(f"timeout {storage.COMMAND_TIMEOUT_S} systemctl disable --now mnt-old.mount || ")
+    commands = mount_units.remove_commands("mnt-old.mount", "h1")
+    assert commands[0].startswith(f"timeout {mount_units.COMMAND_TIMEOUT_S} systemctl disable --now mnt-old.mount || ")
     assert commands[1:] == ["rm -f /etc/systemd/system/mnt-old.mount", "systemctl daemon-reload"]
 
 
@@ -224,7 +228,7 @@ MINIO = {"bucket": "datasets", "path": "/mnt/datasets", "endpoint_url": "http://
 
 def test_s3fs_options_for_an_s3_compatible_store():
     # Writable: every user may write (the ray-node container's user is not always root).
-    assert storage.s3fs_options(MINIO, "/etc/rayrig/s3/passwd-datasets") == (
+    assert s3.s3fs_options(MINIO, "/etc/rayrig/s3/passwd-datasets") == (
         "_netdev,allow_other,umask=0000,passwd_file=/etc/rayrig/s3/passwd-datasets,"
         "url=http://10.0.0.5:9000,use_path_request_style"
     )
@@ -232,20 +236,20 @@ def test_s3fs_options_for_an_s3_compatible_store():
 
 def test_s3fs_options_from_the_instance_profile_in_a_region_read_only():
     mount = {"bucket": "datasets", "path": "/mnt/d", "region": "eu-west-1", "read_only": True}
-    assert storage.s3fs_options(mount, None) == (
+    assert s3.s3fs_options(mount, None) == (
         "_netdev,allow_other,umask=0022,iam_role=auto,url=https://s3.eu-west-1.amazonaws.com,endpoint=eu-west-1,ro"
     )
 
 
 def test_s3_source_and_url():
-    assert storage.s3_source({"bucket": "b"}) == "b"
-    assert storage.s3_source({"bucket": "b", "prefix": "imagenet/train/"}) == "b:/imagenet/train"
-    assert storage.s3_url({"bucket": "b", "prefix": "imagenet/"}) == "s3://b/imagenet"
+    assert s3.s3_source({"bucket": "b"}) == "b"
+    assert s3.s3_source({"bucket": "b", "prefix": "imagenet/train/"}) == "b:/imagenet/train"
+    assert s3.s3_url({"bucket": "b", "prefix": "imagenet/"}) == "s3://b/imagenet"
 
 
 def test_s3fs_unit():
     mount = {**MINIO, "prefix": "imagenet/", "read_only": True}
-    parsed = unit(storage.s3fs_unit_text(mount, storage.s3fs_options(mount, "/etc/rayrig/s3/passwd-datasets")))
+    parsed = unit(s3.s3fs_unit_text(mount, s3.s3fs_options(mount, "/etc/rayrig/s3/passwd-datasets")))
     assert parsed["Mount"]["What"] == "datasets:/imagenet"
     assert parsed["Mount"]["Where"] == "/mnt/datasets"
     assert parsed["Mount"]["Type"] == "fuse.s3fs"
@@ -255,52 +259,49 @@ def test_s3fs_unit():
 
 def test_a_percent_sign_reaches_the_mount_literally():
     mount = {**MINIO, "endpoint_url": "http://10.0.0.5:9000/a%20b"}
-    parsed = unit(storage.s3fs_unit_text(mount, storage.s3fs_options(mount, None)))
+    parsed = unit(s3.s3fs_unit_text(mount, s3.s3fs_options(mount, None)))
     assert "url=http://10.0.0.5:9000/a%%20b" in parsed["Mount"]["Options"]  # systemd reads %% as %
 
 
 def test_credentials_files():
     creds = {"access_key_id": "AKID", "secret_access_key": "se/cr+et"}
-    assert storage.s3_credentials_text("s3fs", creds) == "AKID:se/cr+et\n"
-    assert (
-        storage.s3_credentials_text("mountpoint-s3", creds)
-        == "AWS_ACCESS_KEY_ID=AKID\nAWS_SECRET_ACCESS_KEY=se/cr+et\n"
-    )
-    assert storage.s3_credentials_path("s3fs", "datasets") == "/etc/rayrig/s3/passwd-datasets"
-    assert storage.s3_credentials_path("mountpoint-s3", "datasets") == "/etc/rayrig/s3/env-datasets"
+    assert s3.s3_credentials_text("s3fs", creds) == "AKID:se/cr+et\n"
+    assert s3.s3_credentials_text("mountpoint-s3", creds) == "AWS_ACCESS_KEY_ID=AKID\nAWS_SECRET_ACCESS_KEY=se/cr+et\n"
+    assert s3.s3_credentials_path("s3fs", "datasets") == "/etc/rayrig/s3/passwd-datasets"
+    assert s3.s3_credentials_path("mountpoint-s3", "datasets") == "/etc/rayrig/s3/env-datasets"
 
 
 def test_credentials_that_would_break_the_file_are_refused_without_showing_them():
-    with pytest.raises(storage.StorageError) as err:
-        storage._check_credentials({"access_key_id": "AK:ID", "secret_access_key": "Sekrit"}, "h1")
+    with pytest.raises(mount_units.StorageError) as err:
+        s3.check_credentials({"access_key_id": "AK:ID", "secret_access_key": "Sekrit"}, "h1")
     assert "storage_s3_credentials['access_key_id']" in str(err.value)
     assert "AK:ID" not in str(err.value) and "Sekrit" not in str(err.value)
-    with pytest.raises(storage.StorageError) as err:
-        storage._check_credentials({"access_key_id": "AKID", "secret_access_key": "Sek\nrit"}, "h1")
+    with pytest.raises(mount_units.StorageError) as err:
+        s3.check_credentials({"access_key_id": "AKID", "secret_access_key": "Sek\nrit"}, "h1")
     assert "Sek" not in str(err.value)
 
 
 def test_mountpoint_args_and_unit():
     mount = {**MINIO, "prefix": "imagenet", "region": "us-east-1", "read_only": True}
-    assert storage.mountpoint_args(mount) == [
+    assert s3.mountpoint_args(mount) == [
         "/usr/bin/mount-s3", "--allow-other", "--read-only", "--prefix", "imagenet/", "--region", "us-east-1",
         "--endpoint-url", "http://10.0.0.5:9000", "--force-path-style", "datasets", "/mnt/datasets",
     ]  # fmt: skip
-    assert "--allow-delete" in storage.mountpoint_args({"bucket": "b", "path": "/mnt/b"})
-    parsed = unit(storage.mountpoint_unit_text(mount, "/etc/rayrig/s3/env-datasets"))
+    assert "--allow-delete" in s3.mountpoint_args({"bucket": "b", "path": "/mnt/b"})
+    parsed = unit(s3.mountpoint_unit_text(mount, "/etc/rayrig/s3/env-datasets"))
     assert parsed["Service"]["Type"] == "forking"
     assert parsed["Service"]["EnvironmentFile"] == "/etc/rayrig/s3/env-datasets"
     assert parsed["Service"]["ExecStart"].startswith("/usr/bin/mount-s3 --allow-other --read-only")
     assert parsed["Service"]["ExecStop"] == "/usr/bin/umount /mnt/datasets"
     assert parsed["Install"]["WantedBy"] == "remote-fs.target"
-    assert "EnvironmentFile" not in unit(storage.mountpoint_unit_text(mount, None))["Service"]
+    assert "EnvironmentFile" not in unit(s3.mountpoint_unit_text(mount, None))["Service"]
 
 
 def test_s3_is_mounted():
-    assert storage.s3_is_mounted({"source": "s3fs", "fstype": "fuse.s3fs"}, "s3fs")
-    assert not storage.s3_is_mounted({"source": "10.0.0.1:/x", "fstype": "nfs4"}, "s3fs")
-    assert storage.s3_is_mounted({"source": "mountpoint-s3", "fstype": "fuse"}, "mountpoint-s3")
-    assert not storage.s3_is_mounted(None, "s3fs")
+    assert s3.s3_is_mounted({"source": "s3fs", "fstype": "fuse.s3fs"}, "s3fs")
+    assert not s3.s3_is_mounted({"source": "10.0.0.1:/x", "fstype": "nfs4"}, "s3fs")
+    assert s3.s3_is_mounted({"source": "mountpoint-s3", "fstype": "fuse"}, "mountpoint-s3")
+    assert not s3.s3_is_mounted(None, "s3fs")
 
 
 UBUNTU = detect({"id": "ubuntu", "version_id": "22.04", "codename": "jammy"})
@@ -309,18 +310,18 @@ AL2023 = detect({"id": "amzn", "version_id": "2023"})
 
 
 def test_s3_driver_per_platform():
-    assert storage.s3_driver({"path": "/mnt/d"}, UBUNTU) == "s3fs"
-    assert storage.s3_driver({"path": "/mnt/d", "driver": "mountpoint-s3"}, ROCKY) == "mountpoint-s3"
-    assert storage.s3_driver({"path": "/mnt/d"}, AL2023) == "mountpoint-s3"  # no s3fs package there
-    with pytest.raises(storage.StorageError, match=r"host h1: storage_s3_mounts /mnt/d: driver 's3fs' is not"):
-        storage.s3_driver({"path": "/mnt/d", "driver": "s3fs"}, AL2023, "h1")
+    assert s3.s3_driver({"path": "/mnt/d"}, UBUNTU) == "s3fs"
+    assert s3.s3_driver({"path": "/mnt/d", "driver": "mountpoint-s3"}, ROCKY) == "mountpoint-s3"
+    assert s3.s3_driver({"path": "/mnt/d"}, AL2023) == "mountpoint-s3"  # no s3fs package there
+    with pytest.raises(mount_units.StorageError, match=r"host h1: storage_s3_mounts /mnt/d: driver 's3fs' is not"):
+        s3.s3_driver({"path": "/mnt/d", "driver": "s3fs"}, AL2023, "h1")
 
 
 def test_mountpoint_install_command():
-    apt = storage.mountpoint_install_command(UBUNTU, "aarch64")
+    apt = s3.mountpoint_install_command(UBUNTU, "aarch64")
     assert "https://s3.amazonaws.com/mountpoint-s3-release/latest/arm64/mount-s3.deb" in apt
     assert "apt-get install -y /tmp/rayrig-mount-s3.deb" in apt
-    assert storage.mountpoint_install_command(AL2023, "x86_64") == (
+    assert s3.mountpoint_install_command(AL2023, "x86_64") == (
         "dnf install -y https://s3.amazonaws.com/mountpoint-s3-release/latest/x86_64/mount-s3.rpm"
     )
 
@@ -337,18 +338,18 @@ def test_mounts_fact_parses_findmnt():
         "/mnt/x  tmpfs",  # no source
         "/mnt/shared 10.0.0.9:/other nfs4",  # mounted on top: wins
     ]
-    mounts = storage.Mounts().process(output)
+    mounts = mount_units.MountTable().process(output)
     assert mounts["/mnt/shared"] == {"source": "10.0.0.9:/other", "fstype": "nfs4"}
     assert mounts["/mnt/my data"] == {"source": "s3fs", "fstype": "fuse.s3fs"}
     assert mounts["/mnt/ü"] == {"source": "s3fs", "fstype": "fuse.s3fs"}
     assert mounts["/mnt/x"] == {"source": "", "fstype": "tmpfs"}
-    assert storage.Mounts().process([]) == {}
+    assert mount_units.MountTable().process([]) == {}
 
 
 def test_mounts_fact_reads_this_machine():
-    command = storage.Mounts().command()
+    command = mount_units.MountTable().command()
     output = subprocess.run(["sh", "-c", command], capture_output=True, text=True).stdout.splitlines()
-    assert "/" in storage.Mounts().process(output) or not shutil.which("findmnt")
+    assert "/" in mount_units.MountTable().process(output) or not shutil.which("findmnt")
 
 
 def test_storage_state_fact():
@@ -370,11 +371,11 @@ def test_storage_state_fact():
 def test_storage_state_fact_command_finds_only_marked_units(tmp_path):
     units = tmp_path / "units"
     units.mkdir()
-    (units / "mnt-ours.mount").write_text(storage.MARKER + "\n[Mount]\n")
+    (units / "mnt-ours.mount").write_text(mount_units.MARKER + "\n[Mount]\n")
     (units / "mnt-theirs.mount").write_text("[Mount]\n")
-    command = storage.StorageState().command().replace(storage.UNIT_DIR, str(units))
-    command = command.replace(storage.CREDENTIALS_DIR, str(tmp_path / "none"))
-    command = command.replace(storage.EXPORTS_FILE, str(tmp_path / "exports"))
+    command = storage.StorageState().command().replace(mount_units.UNIT_DIR, str(units))
+    command = command.replace(s3.CREDENTIALS_DIR, str(tmp_path / "none"))
+    command = command.replace(nfs.EXPORTS_FILE, str(tmp_path / "exports"))
     output = subprocess.run(["bash", "-c", command], capture_output=True, text=True, check=True).stdout.splitlines()
     assert list(storage.StorageState().process(output)["units"]) == ["mnt-ours.mount"]
 
@@ -424,7 +425,7 @@ def test_s3fs_mounts_a_bucket_with_the_options_the_unit_uses(tmp_path):
     points.chmod(0o755)
     try:
         creds = {"access_key_id": "AKIDRAYRIGTEST", "secret_access_key": "rayrig/Secret+Key"}
-        s3 = boto3.client(
+        bucket = boto3.client(
             "s3",
             endpoint_url=endpoint,
             region_name="us-east-1",
@@ -433,19 +434,19 @@ def test_s3fs_mounts_a_bucket_with_the_options_the_unit_uses(tmp_path):
         )
         for _ in range(100):  # moto's server takes a moment to listen
             try:
-                s3.create_bucket(Bucket="rayrig-test")
+                bucket.create_bucket(Bucket="rayrig-test")
                 break
             except Exception:  # noqa: BLE001 - connection refused until it listens
                 time.sleep(0.1)
-        s3.put_object(Bucket="rayrig-test", Key="imagenet/hello.txt", Body=b"hello\n")
+        bucket.put_object(Bucket="rayrig-test", Key="imagenet/hello.txt", Body=b"hello\n")
         passwd = tmp_path / "passwd-rayrig-test"
-        passwd.write_text(storage.s3_credentials_text("s3fs", creds))
+        passwd.write_text(s3.s3_credentials_text("s3fs", creds))
         passwd.chmod(0o600)
 
         def mount(data: dict) -> Path:
             where = Path(data["path"])
             where.mkdir()
-            parsed = unit(storage.s3fs_unit_text(data, storage.s3fs_options(data, str(passwd))))["Mount"]
+            parsed = unit(s3.s3fs_unit_text(data, s3.s3fs_options(data, str(passwd))))["Mount"]
             done = _in_time("mount", "-t", parsed["Type"], parsed["What"], parsed["Where"], "-o", parsed["Options"])
             assert done.returncode == 0, done.stderr
             mounted.append(where)
@@ -455,7 +456,7 @@ def test_s3fs_mounts_a_bucket_with_the_options_the_unit_uses(tmp_path):
         base = {"bucket": "rayrig-test", "endpoint_url": endpoint, "path_style": True}
         rw = mount({**base, "path": str(points / "rw")})
         assert _in_time("sh", "-c", f"echo 'through s3fs' > {rw}/written.txt").returncode == 0
-        assert s3.get_object(Bucket="rayrig-test", Key="written.txt")["Body"].read() == b"through s3fs\n"
+        assert bucket.get_object(Bucket="rayrig-test", Key="written.txt")["Body"].read() == b"through s3fs\n"
         assert _in_time("cat", f"{rw}/imagenet/hello.txt").stdout == "hello\n"
 
         ro = mount({**base, "path": str(points / "ro"), "prefix": "imagenet/", "read_only": True})

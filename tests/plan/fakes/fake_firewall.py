@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from deploy import firewall, settings
-from tests.plan.fakestep import FakeState
+from tests.plan.fakes.fakestep import FakeState
 
 #: The operator's address the fake hosts see the deploy connect from (TEST-NET-2).
 DEPLOY_SOURCE = "198.51.100.7"

@@ -1,4 +1,4 @@
-"""Image: the Ray image present on every host.
+"""Ray image: the Ray image present on every host, pulled with rayrig's registry login.
 
 Pulls ``ray_image`` when it is absent (``ray_image_pull = "missing"``) or on
 every run (``"always"``). Registry credentials (``docker_registry_auth``) go
@@ -14,11 +14,12 @@ import shlex
 from io import StringIO
 from typing import Any
 
-from pyinfra import host, state
-from pyinfra.api import deploy, operation
+from pyinfra import host
+from pyinfra.api import deploy
 from pyinfra.operations import files, server
 
 from deploy.facts import DockerImageId, fact
+from deploy.secret_files import put_secret_file
 from deploy.settings import host_settings
 
 DOCKER_CONFIG_DIR = "/etc/rayrig/docker"
@@ -41,25 +42,9 @@ def needs_pull(settings: dict[str, Any], image_id: str | None) -> bool:
     return settings["ray_image_pull"] == "always" or image_id is None
 
 
-@operation()
-def put_secret_file(src: StringIO, dest: str, mode: str = "600"):
-    """``files.put`` of a file holding a secret: never shown by ``pyinfra --diff``.
-
-    ``files.put`` prints the old and new content of a file when the diff is on;
-    for a credentials file that would print the credentials. (``src`` is a
-    StringIO, which pyinfra names by its hash wherever it lists arguments.)
-
-        put_secret_file(name="Store the login", src=StringIO(text), dest="/etc/app/auth.json")
-    """
-    diff, state.config.DIFF = state.config.DIFF, False
-    try:
-        yield from files.put._inner(src=src, dest=dest, mode=mode)
-    finally:
-        state.config.DIFF = diff
-
-
 @deploy("Ray image")
-def image() -> None:
+def ray_image() -> None:
+    """Log in to the registry (when ``docker_registry_auth`` is set) and pull ``ray_image`` as needed."""
     settings = host_settings(host)
     auth = settings["docker_registry_auth"]
     if auth:

@@ -27,8 +27,8 @@ import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from deploy import settings, storage
-from tests.plan.fakestep import FakeState
+from deploy import mount_units, nfs, s3, settings
+from tests.plan.fakes.fakestep import FakeState
 
 #: The systems whose /etc/os-release says "amzn": no s3fs package there.
 NO_S3FS = ("al2023",)
@@ -111,34 +111,34 @@ def facts(
     if converged:
         state.packages = expected_packages(os_name, data, is_server)
         if is_server:
-            state.dirs[storage.EXPORTS_DIR] = 755
+            state.dirs[nfs.EXPORTS_DIR] = 755
             for export in s["storage_nfs_exports"]:
                 state.dirs[export["path"]] = 755  # an existing export keeps its mode: any will do
-            state.files[storage.EXPORTS_FILE] = (storage.exports_text(s["storage_nfs_exports"], members), 644)
+            state.files[nfs.EXPORTS_FILE] = (nfs.exports_text(s["storage_nfs_exports"], members), 644)
         for mount in s["storage_nfs_mounts"]:
             address = server_address(mount["server"], members, servers)
-            source = storage.nfs_source(address, mount["export"])
-            name = storage.mount_unit_name(mount["path"])
-            text = storage.nfs_unit_text(source, mount["path"], storage.nfs_mount_options(mount.get("options")))
-            state.files[f"{storage.UNIT_DIR}/{name}"] = (text, 644)
+            source = nfs.nfs_source(address, mount["export"])
+            name = mount_units.mount_unit_name(mount["path"])
+            text = nfs.nfs_unit_text(source, mount["path"], nfs.nfs_mount_options(mount.get("options")))
+            state.files[f"{mount_units.UNIT_DIR}/{name}"] = (text, 644)
             units[name] = mount["path"] not in disabled
             mounted[mount["path"]] = (source, "nfs4")
         creds = s["storage_s3_credentials"]
         for mount in s["storage_s3_mounts"]:
             driver = s3_driver(os_name, mount)
-            secret = storage.s3_credentials_path(driver, mount["bucket"]) if creds else None
+            secret = s3.s3_credentials_path(driver, mount["bucket"]) if creds else None
             if secret:
-                state.dirs[storage.CREDENTIALS_DIR] = 700
-                state.files[secret] = (storage.s3_credentials_text(driver, creds), 600)
+                state.dirs[s3.CREDENTIALS_DIR] = 700
+                state.files[secret] = (s3.s3_credentials_text(driver, creds), 600)
                 credentials.add(secret)
-            name = storage.s3_unit_name(mount["path"], driver)
+            name = s3.s3_unit_name(mount["path"], driver)
             if driver == "s3fs":
-                text = storage.s3fs_unit_text(mount, storage.s3fs_options(mount, secret))
+                text = s3.s3fs_unit_text(mount, s3.s3fs_options(mount, secret))
                 mounted[mount["path"]] = ("s3fs", "fuse.s3fs")
             else:
-                text = storage.mountpoint_unit_text(mount, secret)
+                text = s3.mountpoint_unit_text(mount, secret)
                 mounted[mount["path"]] = ("mountpoint-s3", "fuse")
-            state.files[f"{storage.UNIT_DIR}/{name}"] = (text, 644)
+            state.files[f"{mount_units.UNIT_DIR}/{name}"] = (text, 644)
             units[name] = mount["path"] not in disabled
 
     for name in options.get("stale_units", ()):
@@ -151,7 +151,7 @@ def facts(
     for path, (content, mode) in state.files.items():
         if shlex.quote(path) != path:
             state.responses.update(_quoted_file_responses(path, content, mode))
-    # Mounts (findmnt): the system's own mounts, then the shared ones
+    # MountTable (findmnt): the system's own mounts, then the shared ones
     state.responses["findmnt -rn -o TARGET,SOURCE,FSTYPE"] = [
         "/ /dev/sda1 ext4",
         "/proc proc proc",
@@ -165,7 +165,7 @@ def facts(
         *(f"CREDENTIALS {path}" for path in sorted(credentials)),
     ]
     # The NFS server service: a oneshot that stays "exited" once it ran
-    unit = storage.NFS_SERVER_SERVICE
+    unit = nfs.NFS_SERVER_SERVICE
     state.responses[f"--property SubState {unit}"] = _systemd(unit, "SubState", "exited" if is_server else "dead")
     state.responses[f"--property UnitFileState {unit}"] = _systemd(
         unit, "UnitFileState", "enabled" if is_server else "disabled"

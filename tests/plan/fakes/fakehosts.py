@@ -33,10 +33,11 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from deploy import auth, ray_node, settings, storage
+from deploy import auth, nfs, ray_node, settings
 from deploy.docker import merge_daemon_config
-from deploy.image import registry_config
-from tests.plan import fake_firewall, fake_storage
+from deploy.ray_image import registry_config
+from deploy.storage import mount_points
+from tests.plan.fakes import fake_firewall, fake_storage
 
 FRESH = "fresh"
 CONVERGED = "converged"
@@ -315,7 +316,7 @@ def expected_files(
     if gpus:
         files.update(nvidia_files(os_name, data, driver, nvswitches))
     name = s["ray_container_name"]
-    files[f"/etc/systemd/system/{name}.service"] = (ray_node.unit_text(name, storage.mount_points(s)), 644)
+    files[f"/etc/systemd/system/{name}.service"] = (ray_node.unit_text(name, mount_points(s)), 644)
     if s["ray_auth"] == "token":
         files[auth.NODE_TOKEN_PATH] = (auth.read_token(auth.ensure_token(s)) + "\n", 600)
     return files
@@ -492,9 +493,12 @@ def fake_responses(
     ]
     # CloudInitRunning
     responses["cloud-init status"] = ["status: running"] if cloud_init_running else ["status: done"]
-    # NvidiaGpus, NvSwitches, and the uptime that server.reboot compares
-    responses["PCI_GPUS="] = [f"PCI_GPUS={gpus}", *([f"GPU={H100}"] * gpus if driver else [])]
-    responses["NVSWITCHES="] = [f"NVSWITCHES={nvswitches}"]
+    # NvidiaDevices, and the uptime that server.reboot compares
+    responses["PCI_GPUS="] = [
+        f"PCI_GPUS={gpus}",
+        f"NVSWITCHES={nvswitches}",
+        *([f"GPU={H100}"] * gpus if driver else []),
+    ]
     responses["/proc/uptime"] = ["4242"]
     gpu_host = gpus > 0
     toolkit = converged and gpu_host if toolkit is None else toolkit
@@ -632,7 +636,7 @@ def cluster(
     result = []
     for name, d in hosts:
         kwargs = {"members": members, **common, **dict((options or {}).get(name, {}))}
-        nfs_server = storage.serves_nfs(settings.merge(d), name)
+        nfs_server = nfs.serves_nfs(settings.merge(d), name)
         kwargs["firewall"] = {"nfs_server": nfs_server, **dict(kwargs.get("firewall") or {})}
         responses = fake_responses(os_name, state, d, head_ip=head_ip, gpus=(gpus or {}).get(name, 0), **kwargs)
         result.append((name, {**d, "fake_responses": responses, "fake_delay": 0, "fake_delay_jitter": 0}))

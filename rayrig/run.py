@@ -14,7 +14,7 @@ from pathlib import Path
 from deploy.paths import repo_root
 
 DEPLOY_FILE = "deploy/cluster.py"
-CHECKS_FILE = "checks/post_deploy.py"
+CHECKS_FILE = "deploy/check.py"
 
 
 def pyinfra_command(inventory: str | Path, deploy_file: str = DEPLOY_FILE, extra: Sequence[str] = ()) -> list[str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 
+from deploy.paths import repo_root
 from rayrig import run
 from rayrig.cli import build_parser
 
@@ -32,3 +33,8 @@ def test_latest_checks_reports_the_newest_verdict_and_its_plot(tmp_path):
     assert "checks-lab-20261130-000002.json" in line
     assert "checks-lab-20261130-000002-busbw.png" in line
     assert "no report yet" in run.latest_checks("absent", tmp_path)
+
+
+def test_the_check_command_runs_a_pyinfra_file_that_exists():
+    assert (repo_root() / run.CHECKS_FILE).is_file()
+    assert run.pyinfra_command("inventories/lab.py", run.CHECKS_FILE)[4] == "deploy/check.py"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -11,6 +10,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from checks import report
 from deploy.paths import repo_root
 
 DEPLOY_FILE = "deploy/cluster.py"
@@ -42,7 +42,7 @@ def lab_summary(name: str) -> str:
     target = remote.SshTarget(head["address"], state["ssh_user"], Path(state["ssh_key"]), Path(state["known_hosts"]))
     status, output = remote.run(target, "sudo docker exec ray-node ray status", timeout=120)
     lab_env = "" if name == local.DEFAULT_NAME else f"RAYRIG_LAB={name} "
-    checks = latest_checks(name)
+    checks = report.latest_checks(name, repo_root() / "reports")
     lines = [
         "",
         f"==> Ray cluster on lab {name}: head {head['address']} ({len(state['hosts'])} hosts)",
@@ -56,17 +56,6 @@ def lab_summary(name: str) -> str:
         f"  tear down:  make lab-down   (or: rayrig lab down --name {name})",
     ]
     return "\n".join(lines)
-
-
-def latest_checks(cluster: str, report_dir: Path | None = None) -> str:
-    """One line on the newest checks report of ``cluster``: its verdict and where it and its plot are."""
-    folder = report_dir or repo_root() / "reports"
-    reports = sorted(folder.glob(f"checks-{cluster}-*[0-9].json"))
-    if not reports:
-        return "==> checks: no report yet (rayrig check inventories/lab.py)"
-    verdict = json.loads(reports[-1].read_text()).get("verdict", {}).get("status", "unknown")
-    plot = reports[-1].with_name(reports[-1].stem + "-busbw.png")
-    return f"==> checks: {verdict}; report {reports[-1]}" + (f", plot {plot}" if plot.exists() else "")
 
 
 def _cmd_deploy(args: argparse.Namespace) -> int:

@@ -248,10 +248,13 @@ def check(config: dict[str, Any]) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     """Run the check with the JSON configuration in ``argv[0]``; print the ``RESULT`` line."""
     args = sys.argv[1:] if argv is None else argv
-    try:
-        result = check(json.loads(args[0]))
-    except Exception as exc:
-        result = {"error": describe(exc)}
+    if len(args) != 1:
+        result: dict[str, Any] = {"error": "usage: python -m checks.storage_probe CONFIG_JSON"}
+    else:
+        try:
+            result = check(json.loads(args[0]))
+        except Exception as exc:
+            result = {"error": describe(exc)}
     print("RESULT", json.dumps(result))
     return 0
 

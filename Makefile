@@ -29,6 +29,7 @@ test-fast: venv
 
 lint: venv
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
 
 lab-up: venv docker
 	$(PY) -m rayrig lab up

@@ -1,13 +1,26 @@
-"""Post-deploy checks: benchmark the cluster's GPUs (or CPUs) and judge them.
+"""Post-deploy checks: inspect a deployed Ray cluster, benchmark its GPUs (or CPUs) and judge them.
 
-- :mod:`checks.specs`: datasheet figures per GPU model, looked up by nvidia-smi name;
-- :mod:`checks.kernels`: torch-only measurements (matmul TFLOPS, copy and
-  host-to-device bandwidth), no Ray;
-- :mod:`checks.maths`: nccl-tests bandwidth formulas and outlier detection;
+A library beside rayrig's layers: it imports neither pyinfra nor the deploy code. Whoever
+drives it hands it one :class:`checks.node.Node` per host.
+
+On the operator's machine:
+
+- :mod:`checks.node`: the node interface (run a command, copy a file);
+- :mod:`checks.cluster`: the whole run across the nodes, and the commands the head runs;
+- :mod:`checks.preflight`: each node's GPUs and container, the cluster state against the inventory;
+- :mod:`checks.shared_storage`: which node has which shared mount, and the round trip's reasons;
 - :mod:`checks.verdict`: PASS / WARN / FAIL with reasons, slow hosts named;
-- :mod:`checks.report`: terminal tables, the JSON report, a bus-bandwidth plot;
-- :mod:`checks.benchmark`: the command line, on one machine (``--local``, torch
-  only) or across the Ray cluster (``--cluster``).
+- :mod:`checks.report`: terminal tables, the JSON report, a bus-bandwidth plot, the saved reports.
+
+In the head's ray-node container (``python -m``), from the copy of this package put there:
+
+- :mod:`checks.cluster_state`: the alive Ray nodes and the cluster's resource totals;
+- :mod:`checks.storage_probe`: the shared-storage round trip through Ray tasks;
+- :mod:`checks.benchmark`: the benchmark's command line, on one machine (``--local``, torch
+  only) or across the Ray cluster (``--cluster``: :mod:`checks.cluster_bench`,
+  :mod:`checks.allreduce`), with :mod:`checks.kernels` (torch measurements),
+  :mod:`checks.maths` (nccl-tests formulas, outliers), :mod:`checks.specs` (datasheets) and
+  :mod:`checks.progress` (progress lines, versions).
 
 Importing this package imports neither torch nor Ray.
 """

@@ -10,6 +10,8 @@ Example::
     print(render(report, verdict))
     write_json(report, "bench.json")
     plot_busbw(report, "busbw.png")
+    json_path, plot_path = save_report(report, Path("reports"), "prod")   # checks-prod-<time>.json
+    print(latest_checks("prod", Path("reports")))
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import json
 import os
 import sys
 import tempfile
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -213,7 +216,7 @@ def plot_busbw(report: dict[str, Any], path: str | os.PathLike[str]) -> Path | N
     sweep = [row for row in data.get("sweep") or [] if isinstance(row.get("busbw_gbps"), (int, float))]
     if not sweep:
         return None
-    try:
+    try:  # matplotlib is optional (rayrig[plot]) and slow to import: only when there is a plot to draw
         import matplotlib
 
         matplotlib.use("Agg")
@@ -241,3 +244,22 @@ def plot_busbw(report: dict[str, Any], path: str | os.PathLike[str]) -> Path | N
     finally:
         plt.close(fig)
     return target
+
+
+def save_report(result: dict[str, Any], report_dir: Path, cluster: str) -> tuple[Path, Path | None]:
+    """Write ``checks-<cluster>-<time>.json`` and its bus-bandwidth plot (``-busbw.png``); return their paths."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    base = report_dir / f"checks-{cluster}-{stamp}"
+    json_path = write_json(result, base.with_suffix(".json"))
+    plot_path = plot_busbw(result, base.with_name(base.name + "-busbw.png"))
+    return json_path, plot_path
+
+
+def latest_checks(cluster: str, report_dir: Path) -> str:
+    """One line on the newest checks report of ``cluster``: its verdict and where it and its plot are."""
+    reports = sorted(report_dir.glob(f"checks-{cluster}-*[0-9].json"))
+    if not reports:
+        return "==> checks: no report yet (rayrig check inventories/lab.py)"
+    verdict = json.loads(reports[-1].read_text()).get("verdict", {}).get("status", "unknown")
+    plot = reports[-1].with_name(reports[-1].stem + "-busbw.png")
+    return f"==> checks: {verdict}; report {reports[-1]}" + (f", plot {plot}" if plot.exists() else "")

@@ -346,3 +346,10 @@ def by_key(key: str) -> GpuSpec:
         return _BY_KEY[key]
     except KeyError:
         raise KeyError(f"unknown GPU spec {key!r}; known: {', '.join(sorted(_BY_KEY))}") from None
+
+
+def annotate(entries: list[dict[str, Any]]) -> None:
+    """Set each device entry's ``"spec"``: its GPU's datasheet as a dict, None for a CPU or an unknown GPU."""
+    for entry in entries:
+        spec = lookup(entry.get("model")) if entry.get("kind") == "gpu" else None
+        entry["spec"] = spec.as_dict() if spec else None

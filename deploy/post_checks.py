@@ -1,4 +1,4 @@
-"""Post-deploy checks: the last step of the deploy, and ``checks/post_deploy.py`` on its own.
+"""Post-deploy checks: the last step of the deploy, and ``deploy/check.py`` on its own.
 
 The checks observe the cluster and change nothing, so they do not run as
 pyinfra operations (which would count as changes). Instead this step adds one
@@ -6,15 +6,15 @@ operation that plans no command, and a pyinfra callback runs the checks when
 that operation has ended on every host: after everything else, over the
 connections pyinfra already holds. A FAIL verdict makes pyinfra exit non-zero.
 ``checks_enabled = false`` (on the head) skips them.
+
+The checks themselves are :func:`checks.cluster.run_checks`; this module hands
+them each host as a :class:`checks.node.Node` (:class:`PyinfraNode`), with its
+settings and GPU facts, and prints what they found.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import weakref
-from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import click
 from pyinfra import host, inventory
@@ -22,15 +22,13 @@ from pyinfra.api import BaseStateCallback, StringCommand, operation
 from pyinfra.api.exceptions import PyinfraError
 from pyinfra.connectors.fake import FakeConnector
 
-from checks import report as report_mod
-from checks import runner
-from checks import storage as storage_check
-from checks.verdict import FAIL
+from checks import report
+from checks.cluster import run_checks as run_cluster_checks
+from checks.verdict import FAIL, Verdict
+from deploy.facts import NvidiaDevices
+from deploy.memo import run_memo
 from deploy.ray_node import head_host
 from deploy.settings import host_data, host_settings, node_address
-
-_MARKERS: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary()  # per State
-MIN_SHM_BYTES = 512 * 2**20  # below this, Ray's object store spills to disk: worth a warning
 
 
 class ChecksFailed(PyinfraError):
@@ -48,17 +46,17 @@ def post_deploy_checks(always: bool = False) -> None:
     """Run the post-deploy checks once every host has finished the deploy.
 
     The deploy skips them when the head's ``checks_enabled`` is false;
-    ``always`` (``checks/post_deploy.py``) runs them regardless.
+    ``always`` (``deploy/check.py``) runs them regardless.
     """
     state = host.state
     if not always and not host_settings(head_host())["checks_enabled"]:
         return
     meta = _checks_marker(name="Post-deploy checks (run after the last operation)")
-    markers = _MARKERS.get(state)
-    if markers is None:
-        markers = _MARKERS[state] = set()
-        state.add_callback_handler(_RunChecks(markers))
-    markers.add(meta._hash)
+    memo = run_memo(state, "post_checks")
+    if "markers" not in memo:  # the first host of this run: one callback for the whole run
+        memo["markers"] = set()
+        state.add_callback_handler(_RunChecks(memo["markers"]))
+    memo["markers"].add(meta._hash)
 
 
 class _RunChecks(BaseStateCallback):
@@ -77,104 +75,55 @@ class _RunChecks(BaseStateCallback):
         run_checks(state)
 
 
-def _sudo(h: Any) -> dict[str, Any]:
-    return {"_sudo": bool(host_data(h).get("_sudo"))}
+class PyinfraNode:
+    """A pyinfra host as the checks' :class:`checks.node.Node`: commands over pyinfra's connection.
+
+    Commands run with the host's ``_sudo`` (from its data), as the deploy's operations do.
+    """
+
+    def __init__(self, host: Any):
+        self.host = host
+        self.name: str = host.name
+        self.address: str = node_address(host)
+
+    def run(self, command: str, print_output: bool = False) -> tuple[bool, list[str]]:
+        """Run ``command`` on the host; its success and its stdout lines."""
+        sudo = bool(host_data(self.host).get("_sudo"))
+        ok, output = self.host.run_shell_command(StringCommand(command), print_output=print_output, _sudo=sudo)
+        return ok, output.stdout_lines
+
+    def put_file(self, source: IO[bytes], remote_path: str) -> bool:
+        """Upload ``source`` to ``remote_path``."""
+        return bool(self.host.put_file(source, remote_path))
+
+    def get_file(self, remote_path: str, local_path: str) -> bool:
+        """Download ``remote_path`` to ``local_path``."""
+        return bool(self.host.get_file(remote_path, local_path))
 
 
-def _sh(h: Any, script: str, print_output: bool = False) -> tuple[bool, list[str]]:
-    ok, output = h.run_shell_command(StringCommand(script), print_output=print_output, **_sudo(h))
-    return ok, output.stdout_lines
-
-
-def run_checks(state: Any) -> runner.Verdict:
-    """Preflight, cluster state, shared storage and benchmark; print the verdict; raise ``ChecksFailed`` on FAIL."""
+def run_checks(state: Any) -> Verdict:
+    """Run the checks on the inventory; print the report and the verdict; raise ``ChecksFailed`` on FAIL."""
     head = head_host()
     if not head.connected:
         click.echo("--> Post-deploy checks skipped: the head is not part of this run (--limit?)", err=True)
-        return runner.Verdict([])
+        return Verdict([])
     if isinstance(head.connector, FakeConnector):
         click.echo("--> Post-deploy checks skipped: @fake hosts have no cluster to check", err=True)
-        return runner.Verdict([])
-    settings = host_settings(head)
-    container = settings["ray_container_name"]
-    click.echo("--> Running the post-deploy checks (preflight, cluster state, shared storage, benchmark)", err=True)
-
-    reasons: list[runner.Reason] = []
-    declarations = []
-    preflight: dict[str, Any] = {}
-    settings_by_node: dict[str, dict[str, Any]] = {}
-    for h in inventory:
-        s = host_settings(h)
-        settings_by_node[node_address(h)] = s
-        detected = None
-        if h.connected:
-            ok, lines = _sh(h, runner.PREFLIGHT_SCRIPT.format(container=container))
-            facts = runner.parse_preflight(lines)
-            preflight[h.name] = facts
-            reasons += runner.preflight_reasons(h.name, s, facts, MIN_SHM_BYTES)
-            detected = len(facts["host_gpus"]) or int(facts.get("pci_gpus") or 0)
-        else:  # outside --limit: not inspected, but its node is still expected in the cluster
-            reasons.append(runner.Reason(runner.WARN, "preflight skipped (not part of this run)", host=h.name))
-        declarations.append(
-            {
-                "name": h.name,
-                "address": node_address(h),
-                "num_cpus": s["ray_num_cpus"],
-                "num_gpus": detected if s["ray_num_gpus"] == "auto" else s["ray_num_gpus"],
-                "resources": s["ray_resources"],
-            }
-        )
-
-    expected_ips = [d["address"] for d in declarations]
-    ok, lines = _sh(head, runner.cluster_state_command(container, expected_ips))
-    results = [line[len("RESULT ") :] for line in lines if line.startswith("RESULT ")]
-    cluster_state = json.loads(results[-1]) if ok and results else None
-    if cluster_state is None:
-        reasons.append(runner.Reason(FAIL, "could not read the cluster state from the head container"))
-    else:
-        reasons += runner.cluster_reasons(declarations, cluster_state)
-
-    aliases = {d["address"]: d["name"] for d in declarations if d["address"] != d["name"]}
-    storage = None  # no shared mounts: nothing to check, nothing in the report's text
-    mounts = storage_check.storage_mounts(settings_by_node)
-    if mounts:
-        click.echo(f"--> Shared storage: a round trip through {len(mounts)} mount(s) on every node", err=True)
-        ok, lines = _sh(head, storage_check.storage_check_command(container, mounts))
-        storage = storage_check.parse_result(lines) or {
-            "error": f"no result (timed out after {storage_check.check_timeout()} s, or Python failed there)"
-        }
-        reasons += storage_check.storage_reasons(storage, aliases)
-        storage["hosts"] = aliases
-    head.put_file(runner.package_tarball(), f"{runner.REMOTE_DIR}.tgz")
-    prepare = f"mkdir -p {runner.REMOTE_DIR} && mv {runner.REMOTE_DIR}.tgz {runner.REMOTE_DIR}/checks.tgz && "
-    ok, _ = _sh(head, prepare + runner.benchmark_command(container, settings, aliases, expected_ips), print_output=True)
-    bench: dict[str, Any] = {}
-    local_copy = Path(os.environ.get("TMPDIR", "/tmp")) / f"rayrig-report-{os.getpid()}.json"
-    if ok and head.get_file(f"{runner.REMOTE_DIR}/report.json", str(local_copy)):
-        bench = json.loads(local_copy.read_text())
-        local_copy.unlink()
-    else:
-        reasons.append(runner.Reason(FAIL, "the benchmark did not produce a report"))
-
-    thresholds = {
-        "matmul_min_fraction": settings["checks_matmul_min_fraction"],
-        "membw_min_fraction": settings["checks_membw_min_fraction"],
-        "outlier_fraction": settings["checks_outlier_fraction"],
-    }
-    verdict = runner.combined_verdict(bench, reasons, thresholds)
-    result = {
-        **bench,
-        "preflight": preflight,
-        "cluster_state": cluster_state,
-        "storage": storage,
-        "verdict": {**verdict.as_dict(), "thresholds": thresholds},
-    }
-    report_dir = Path(settings["checks_report_dir"]).expanduser()
-    json_path, plot_path = runner.save_report(result, report_dir, settings["ray_cluster_name"])
-    click.echo(report_mod.render(result, verdict))
-    click.echo(f"--> JSON report: {json_path.resolve()}")
-    plot = plot_path.resolve() if plot_path else "not written (pip install matplotlib)"
+        return Verdict([])
+    hosts = list(inventory)
+    nodes = [PyinfraNode(h) for h in hosts]
+    run = run_cluster_checks(
+        nodes,
+        nodes[hosts.index(head)],
+        settings={h.name: host_settings(h) for h in hosts},
+        # read afresh, not through the deploy's per-run memo: the deploy may have just installed the driver
+        gpus={h.name: h.get_fact(NvidiaDevices) for h in hosts if h.connected},
+        progress=lambda line: click.echo(line, err=True),
+    )
+    click.echo(report.render(run.result, run.verdict))
+    click.echo(f"--> JSON report: {run.json_path.resolve()}")
+    plot = run.plot_path.resolve() if run.plot_path else "not written (pip install matplotlib)"
     click.echo(f"--> bus bandwidth plot: {plot}")
-    if verdict.status == FAIL:
-        raise ChecksFailed(f"post-deploy checks: FAIL (report: {json_path.resolve()})")
-    return verdict
+    if run.verdict.status == FAIL:
+        raise ChecksFailed(f"post-deploy checks: FAIL (report: {run.json_path.resolve()})")
+    return run.verdict

@@ -1,32 +1,27 @@
 """The ``rayrig`` command: the local lab, images, EC2 clusters, deploys and checks.
 
-Each area registers its own subcommands; this module only wires them up.
+Each command area (``rayrig/commands/``) registers its own subcommands; this module only wires them up.
 Exit codes: 0 success, 1 failure, 2 bad usage.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 from collections.abc import Sequence
 
-#: Modules whose ``register(subparsers)`` adds one command area each
-#: (``rayrig lab ...``, ``rayrig image ...``, ``rayrig cloud ...``, deploy/check/demo, dashboard).
-AREAS = (
-    "rayrig.commands.lab",
-    "rayrig.commands.image",
-    "rayrig.commands.cloud",
-    "rayrig.run",
-    "rayrig.commands.dashboard",
-)
+from rayrig.commands import cloud, dashboard, deploy, image, lab
+
+#: Command modules whose ``register(subparsers)`` adds one area each, in ``rayrig --help``'s order:
+#: ``rayrig lab ...``, ``rayrig image ...``, ``rayrig cloud ...``, deploy/check/demo, dashboard.
+AREAS = (lab, image, cloud, deploy, dashboard)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rayrig", description="GPU Ray clusters with pyinfra.")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for module in AREAS:
-        importlib.import_module(module).register(commands)
+    for area in AREAS:
+        area.register(commands)
     return parser
 
 

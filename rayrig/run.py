@@ -1,21 +1,17 @@
-"""``rayrig deploy``, ``rayrig check`` and ``rayrig demo``: thin wrappers that run pyinfra from the repository root."""
+"""Run pyinfra the way ``rayrig deploy`` and ``rayrig check`` do: from the repository root, without prompting."""
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from cloud import lab
 from deploy.paths import repo_root
 
 DEPLOY_FILE = "deploy/cluster.py"
-CHECKS_FILE = "checks/post_deploy.py"
+CHECKS_FILE = "deploy/check.py"
 
 
 def pyinfra_command(inventory: str | Path, deploy_file: str = DEPLOY_FILE, extra: Sequence[str] = ()) -> list[str]:
@@ -25,60 +21,7 @@ def pyinfra_command(inventory: str | Path, deploy_file: str = DEPLOY_FILE, extra
 
 def run_pyinfra(inventory: str | Path, deploy_file: str = DEPLOY_FILE, extra: Sequence[str] = (),
                 env: dict[str, str] | None = None) -> int:  # fmt: skip
-    """Run pyinfra from the repository root (deploy files import ``deploy.*`` from there)."""
+    """Run pyinfra from the repository root (deploy files import ``deploy.*`` from there); return its exit status."""
     inventory = Path(inventory).resolve() if Path(inventory).exists() else inventory
     command = pyinfra_command(inventory, deploy_file, extra)
     return subprocess.call(command, cwd=repo_root(), env={**os.environ, **(env or {})})
-
-
-def latest_checks(cluster: str, report_dir: Path | None = None) -> str:
-    """One line on the newest checks report of ``cluster``: its verdict and where it and its plot are."""
-    folder = report_dir or repo_root() / "reports"
-    reports = sorted(folder.glob(f"checks-{cluster}-*[0-9].json"))
-    if not reports:
-        return "==> checks: no report yet (rayrig check inventories/lab.py)"
-    verdict = json.loads(reports[-1].read_text()).get("verdict", {}).get("status", "unknown")
-    plot = reports[-1].with_name(reports[-1].stem + "-busbw.png")
-    return f"==> checks: {verdict}; report {reports[-1]}" + (f", plot {plot}" if plot.exists() else "")
-
-
-def _cmd_deploy(args: argparse.Namespace) -> int:
-    return run_pyinfra(args.inventory, extra=args.pyinfra_args)
-
-
-def _cmd_check(args: argparse.Namespace) -> int:
-    status = run_pyinfra(args.inventory, deploy_file=CHECKS_FILE, extra=args.pyinfra_args)
-    return 0 if status == 0 else 1
-
-
-def _cmd_demo(args: argparse.Namespace) -> int:
-    started = time.monotonic()
-    lab.up(hosts=args.hosts, name=args.name)
-    print(f"==> lab ready in {time.monotonic() - started:.0f} s; deploying with pyinfra", flush=True)
-    status = run_pyinfra("inventories/lab.py", env={"RAYRIG_LAB": args.name})
-    if status != 0:
-        print(f"==> the deploy failed (pyinfra exit status {status})", file=sys.stderr)
-        return 1
-    print(lab.summary(args.name, latest_checks(args.name)))
-    print(f"==> demo finished in {time.monotonic() - started:.0f} s")
-    return 0
-
-
-def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add ``rayrig deploy``, ``rayrig check`` and ``rayrig demo``."""
-    deploy = subparsers.add_parser("deploy", help="run deploy/cluster.py on an inventory (pyinfra ... -y)")
-    deploy.add_argument("inventory", help="pyinfra inventory file, e.g. inventories/prod.py")
-    deploy.add_argument("pyinfra_args", nargs=argparse.REMAINDER, help="more pyinfra arguments (--dry, --limit ...)")
-    deploy.set_defaults(func=_cmd_deploy)
-
-    check = subparsers.add_parser(
-        "check", help="run the post-deploy checks on a deployed cluster (exit 0 PASS/WARN, 1 FAIL)"
-    )
-    check.add_argument("inventory", help="pyinfra inventory file")
-    check.add_argument("pyinfra_args", nargs=argparse.REMAINDER, help="more pyinfra arguments")
-    check.set_defaults(func=_cmd_check)
-
-    demo = subparsers.add_parser("demo", help="bring up the local lab and deploy a Ray cluster to it")
-    demo.add_argument("--hosts", type=int, default=3, help="hosts in the lab (default: %(default)s)")
-    demo.add_argument("--name", default=os.environ.get("RAYRIG_LAB", "rayrig-lab"), help="lab name")
-    demo.set_defaults(func=_cmd_demo)

@@ -1,4 +1,4 @@
-"""The all-reduce sweep (checks/benchmark.py) in a one-rank torch.distributed group, without Ray."""
+"""The all-reduce sweep (checks/allreduce.py) in a one-rank torch.distributed group, without Ray."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 dist = pytest.importorskip("torch.distributed")
 
-from checks import benchmark  # noqa: E402
+from checks import allreduce  # noqa: E402
 
 SIZES = [2**10, 2**12, 2**14]
 
@@ -33,7 +33,7 @@ def gloo(tmp_path: Path) -> Iterator[None]:
 
 def test_sweep_checks_values_and_reports_each_size(gloo: None) -> None:
     seen: list[dict[str, Any]] = []
-    result = benchmark.allreduce_sweep(SIZES, warmup=1, iters=2, device=torch.device("cpu"), on_row=seen.append)
+    result = allreduce.allreduce_sweep(SIZES, warmup=1, iters=2, device=torch.device("cpu"), on_row=seen.append)
     assert (result["backend"], result["world_size"]) == ("gloo", 1)
     assert result["value_check"]["ok"] and result["value_check"]["expected"] == 1.0
     assert [row["bytes"] for row in result["sweep"]] == SIZES
@@ -53,7 +53,7 @@ def test_sweep_catches_wrong_sums(gloo: None, monkeypatch: pytest.MonkeyPatch) -
         return out
 
     monkeypatch.setattr(dist, "all_reduce", corrupting)
-    result = benchmark.allreduce_sweep(SIZES, warmup=0, iters=1, device=torch.device("cpu"))
+    result = allreduce.allreduce_sweep(SIZES, warmup=0, iters=1, device=torch.device("cpu"))
     assert not result["value_check"]["ok"]
     assert result["value_check"]["detail"].startswith("1 of 256 elements differ from 1 at 1024 bytes")
     assert [row["values_ok"] for row in result["sweep"]] == [False, False, False]
@@ -63,7 +63,7 @@ def test_sweep_catches_wrong_sums(gloo: None, monkeypatch: pytest.MonkeyPatch) -
 def test_sweep_on_one_gpu_with_nccl(tmp_path: Path) -> None:
     for _ in _group("nccl", tmp_path):
         torch.cuda.set_device(0)
-        result = benchmark.allreduce_sweep([2**20, 2**26], warmup=2, iters=5, device=torch.device("cuda:0"))
+        result = allreduce.allreduce_sweep([2**20, 2**26], warmup=2, iters=5, device=torch.device("cuda:0"))
         assert result["backend"] == "nccl"
         assert result["value_check"]["ok"], result["value_check"]
         assert all(row["time_s"] > 0 for row in result["sweep"])

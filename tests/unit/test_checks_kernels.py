@@ -1,4 +1,5 @@
-"""The torch kernels (checks/kernels.py) and the --local command line (checks/benchmark.py)."""
+"""The torch kernels (checks/kernels.py), the --local command line (checks/benchmark.py) and the
+cluster run's pure helpers (checks/allreduce.py, checks/cluster_bench.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from checks import REPORT_SCHEMA, benchmark, kernels  # noqa: E402
+from checks import REPORT_SCHEMA, allreduce, benchmark, cluster_bench, kernels  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -93,29 +94,37 @@ def test_gpu_kernels() -> None:
 
 
 def test_size_sweep_and_size_arguments() -> None:
-    assert benchmark.size_sweep(2**20, 2**23) == [2**20, 2**21, 2**22, 2**23]
-    assert benchmark.size_sweep(2**20, 3 * 2**20) == [2**20, 2**21]
+    assert allreduce.size_sweep(2**20, 2**23) == [2**20, 2**21, 2**22, 2**23]
+    assert allreduce.size_sweep(2**20, 3 * 2**20) == [2**20, 2**21]
     with pytest.raises(ValueError):
-        benchmark.size_sweep(2**20, 2**10)
+        allreduce.size_sweep(2**20, 2**10)
     assert benchmark._bytes("1GiB") == 2**30
     assert benchmark._bytes("64M") == 64 * 2**20
     assert benchmark._bytes("4096") == 4096
 
 
 def test_default_allreduce_sizes() -> None:
-    assert benchmark.default_allreduce_sizes(use_gpu=True, quick=False)[-1] == 2**30
-    assert len(benchmark.default_allreduce_sizes(use_gpu=True, quick=False)) == 11  # 1 MiB .. 1 GiB
-    assert benchmark.default_allreduce_sizes(use_gpu=False, quick=False)[-1] == 64 * 2**20
-    assert benchmark.default_allreduce_sizes(use_gpu=False, quick=True, min_bytes=8 * 2**20) == [8 * 2**20, 16 * 2**20]
+    assert allreduce.default_allreduce_sizes(use_gpu=True, quick=False)[-1] == 2**30
+    assert len(allreduce.default_allreduce_sizes(use_gpu=True, quick=False)) == 11  # 1 MiB .. 1 GiB
+    assert allreduce.default_allreduce_sizes(use_gpu=False, quick=False)[-1] == 64 * 2**20
+    assert allreduce.default_allreduce_sizes(use_gpu=False, quick=True, min_bytes=8 * 2**20) == [8 * 2**20, 16 * 2**20]
 
 
 def test_rename_hosts_uses_the_inventory_names() -> None:
     entries = [{"host": "ip-10-0-0-7", "ip": "10.0.0.7"}, {"host": "other", "ip": "10.0.0.8"}]
-    benchmark.rename_hosts(entries, {"10.0.0.7": "gpu-3"})
+    cluster_bench.rename_hosts(entries, {"10.0.0.7": "gpu-3"})
     assert entries == [
         {"host": "gpu-3", "ip": "10.0.0.7", "hostname": "ip-10-0-0-7"},
         {"host": "other", "ip": "10.0.0.8"},
     ]
+
+
+def test_a_cpu_node_keeps_its_best_round():
+    rounds = [{"host": "w1", "matmul": {"tflops": r}} for r in (0.08, 0.22, 0.2)]
+    best = cluster_bench._best_round(rounds)
+    assert best["matmul"]["tflops"] == 0.22
+    assert best["matmul"]["rounds_tflops"] == [0.08, 0.22, 0.2]
+    assert rounds[1]["matmul"] == {"tflops": 0.22}  # the inputs are left as they were
 
 
 def _run_cli(*args: str, block_ray: bool = False) -> subprocess.CompletedProcess[str]:

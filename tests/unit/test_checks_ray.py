@@ -19,7 +19,7 @@ pytest.importorskip("torch")
 ray = pytest.importorskip("ray")
 pytest.importorskip("ray.train.torch")
 
-from checks import benchmark, maths, report, verdict  # noqa: E402
+from checks import allreduce, cluster_bench, maths, report, verdict  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -31,13 +31,13 @@ def cluster_report() -> dict[str, Any]:
     t0 = time.perf_counter()
     with pytest.MonkeyPatch.context() as env:
         env.delenv("RAY_ADDRESS", raising=False)  # a fresh local Ray, never someone's cluster
-        benchmark.connect(None, num_cpus=4, include_dashboard=False)
+        cluster_bench.connect(None, num_cpus=4, include_dashboard=False)
     try:
-        ip = benchmark.cluster_nodes()[0]["ip"]
-        result = benchmark.run_cluster(
+        ip = cluster_bench.cluster_nodes()[0]["ip"]
+        result = cluster_bench.run_cluster(
             host_aliases={ip: "node-one"},
             quick=True,
-            allreduce_sizes=benchmark.size_sweep(64 * 2**10, 2**20),
+            allreduce_sizes=allreduce.size_sweep(64 * 2**10, 2**20),
             allreduce_iters=3,
             cpu_workers_per_node=2,
             sweep_tasks=SWEEP_TASKS,

@@ -1,4 +1,4 @@
-"""Tables, JSON and plot of a benchmark report (checks/report.py)."""
+"""Tables, JSON and plot of a benchmark report, and the saved reports (checks/report.py)."""
 
 from __future__ import annotations
 
@@ -122,3 +122,15 @@ def test_plot_busbw_without_matplotlib_says_how_to_install(
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now raises ImportError
     assert report.plot_busbw(sample_report(), tmp_path / "busbw.png") is None
     assert "pip install rayrig[plot]" in capsys.readouterr().err
+
+
+def test_latest_checks_reports_the_newest_verdict_and_its_plot(tmp_path):
+    for stamp, status in (("20261130-000001", "FAIL"), ("20261130-000002", "PASS")):
+        (tmp_path / f"checks-lab-{stamp}.json").write_text(json.dumps({"verdict": {"status": status}}))
+    (tmp_path / "checks-lab-20261130-000002-busbw.png").write_bytes(b"png")
+    (tmp_path / "checks-other-20261130-000003.json").write_text(json.dumps({"verdict": {"status": "FAIL"}}))
+    line = report.latest_checks("lab", tmp_path)
+    assert line.startswith("==> checks: PASS; report ")
+    assert "checks-lab-20261130-000002.json" in line
+    assert "checks-lab-20261130-000002-busbw.png" in line
+    assert "no report yet" in report.latest_checks("absent", tmp_path)

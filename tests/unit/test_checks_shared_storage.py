@@ -1,13 +1,11 @@
-"""The shared-storage round trip (checks/storage.py): which node has which mount, the reasons,
-the report's lines, and the real script against a real, local, single-node Ray where
-temporary directories stand in for the mount points."""
+"""The shared-storage round trip (checks/shared_shared_storage.py, checks/storage_probe.py): which node
+has which mount, the reasons, the report's lines, and the real probe against a real, local,
+single-node Ray where temporary directories stand in for the mount points."""
 
 from __future__ import annotations
 
-import ast
 import json
 import os
-import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from checks import report, storage
+from checks import cluster, report, shared_storage
 from checks.verdict import FAIL, INFO, WARN, Verdict
 from deploy.settings import merge
 
@@ -62,7 +60,7 @@ def test_storage_mounts_knows_every_node_of_every_mount_and_who_may_write():
             ],
         }
     )
-    mounts = storage.storage_mounts({HEAD: head, WORKER: worker})
+    mounts = shared_storage.storage_mounts({HEAD: head, WORKER: worker})
     assert mounts == [
         {"path": "/mnt/shared", "kind": "nfs", "nodes": [HEAD, WORKER], "writers": [HEAD, WORKER], "writable": True},
         {"path": "/mnt/ref", "kind": "nfs", "nodes": [WORKER], "writers": [], "writable": False},
@@ -72,34 +70,18 @@ def test_storage_mounts_knows_every_node_of_every_mount_and_who_may_write():
 
 
 def test_storage_mounts_without_shared_storage_is_empty_and_mixed_data_shows():
-    assert storage.storage_mounts({HEAD: merge({}), WORKER: merge({})}) == []
+    assert shared_storage.storage_mounts({HEAD: merge({}), WORKER: merge({})}) == []
     s3 = merge({"storage_s3_mounts": [{"bucket": "b", "path": "/mnt/x", "read_only": True}]})
     nfs = merge({"storage_nfs_mounts": [{"server": "f", "export": "/x", "path": "/mnt/x"}]})
-    [mount] = storage.storage_mounts({HEAD: s3, WORKER: nfs})
+    [mount] = shared_storage.storage_mounts({HEAD: s3, WORKER: nfs})
     assert mount["kind"] == "nfs/s3"
     assert (mount["writers"], mount["writable"]) == ([WORKER], True)  # written where it may be, read everywhere
 
 
-def test_the_command_is_one_bounded_quoted_python_call_carrying_the_mounts():
-    mounts = storage.storage_mounts({HEAD: merge({"storage_nfs_mounts": [{"path": "/mnt/it's"}]})})
-    args = shlex.split(storage.storage_check_command("ray-node", mounts, read_wait_s=5, task_timeout_s=10))
-    assert args[:4] == ["timeout", "-k", "10", str(storage.check_timeout(10, 5))]
-    assert args[4:9] == ["docker", "exec", "ray-node", "python", "-c"]
-    script = args[9]
-    config = next(  # CONFIG = json.loads("..."): the mounts travel intact, quotes and all
-        json.loads(node.value.args[0].value)
-        for node in ast.parse(script).body
-        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "CONFIG"
-    )
-    assert config["mounts"] == mounts and config["mounts"][0]["path"] == "/mnt/it's"
-    assert (config["read_wait_s"], config["task_timeout_s"], config["require_mount"]) == (5, 10, True)
-    assert storage.check_timeout() >= 4 * storage.TASK_TIMEOUT_S + storage.READ_WAIT_S
-
-
 def test_parse_result_takes_the_last_result_line():
     lines = ["2026 WARNING something from Ray", 'RESULT {"mounts": []}', "RESULT {not json", 'RESULT {"alive": []}']
-    assert storage.parse_result(lines) == {"alive": []}
-    assert storage.parse_result(["Traceback (most recent call last):"]) is None
+    assert shared_storage.parse_result(lines) == {"alive": []}
+    assert shared_storage.parse_result(["Traceback (most recent call last):"]) is None
 
 
 # --- reasons --------------------------------------------------------------------------------------
@@ -107,10 +89,10 @@ def test_parse_result_takes_the_last_result_line():
 
 def test_healthy_mounts_give_one_information_line():
     result = {"alive": [HEAD, WORKER], "mounts": [mount_result(), mount_result("/mnt/d", kind="s3", writable=False)]}
-    assert levels(storage.storage_reasons(result, ALIASES)) == [
+    assert levels(shared_storage.storage_reasons(result, ALIASES)) == [
         (INFO, "shared storage works on every node that mounts it: /mnt/shared (nfs), /mnt/d (s3)")
     ]
-    assert storage.storage_reasons(None, ALIASES) == []  # no shared storage: nothing said
+    assert shared_storage.storage_reasons(None, ALIASES) == []  # no shared storage: nothing said
 
 
 def test_every_failure_names_the_mount_and_the_host():
@@ -122,7 +104,7 @@ def test_every_failure_names_the_mount_and_the_host():
         {"node": "10.0.0.9", "stage": "probe", "error": "no answer within 60 s (a hung mount?)"},
     ]
     result = {"alive": [HEAD, WORKER], "mounts": [mount_result(errors=errors, ok=False, error=errors[0]["error"])]}
-    reasons = storage.storage_reasons(result, ALIASES)
+    reasons = shared_storage.storage_reasons(result, ALIASES)
     assert levels(reasons) == [
         (FAIL, "gpu-1: shared storage /mnt/shared (nfs): missing in the container"),
         (FAIL, "head: shared storage /mnt/shared (nfs): cannot write a test file: Permission denied (/mnt/shared/.x)"),
@@ -147,7 +129,7 @@ def test_a_dead_node_and_a_leftover_file_only_warn_and_a_script_failure_fails():
         {"node": HEAD, "stage": "cleanup", "error": "Device or resource busy (/mnt/shared/.rayrig-check-1)"},
     ]
     result = {"alive": [HEAD], "mounts": [mount_result(errors=errors, read_on=[HEAD])]}
-    assert levels(storage.storage_reasons(result, ALIASES)) == [
+    assert levels(shared_storage.storage_reasons(result, ALIASES)) == [
         (WARN, "gpu-1: shared storage /mnt/shared (nfs) not checked: not an alive Ray node"),
         (
             WARN,
@@ -159,11 +141,11 @@ def test_a_dead_node_and_a_leftover_file_only_warn_and_a_script_failure_fails():
     only_dead = mount_result(
         errors=errors[:1], read_on=[], written_on=None, ok=False, error="no alive node could check it"
     )
-    assert levels(storage.storage_reasons({"alive": [HEAD], "mounts": [only_dead]}, ALIASES)) == [
+    assert levels(shared_storage.storage_reasons({"alive": [HEAD], "mounts": [only_dead]}, ALIASES)) == [
         (WARN, "gpu-1: shared storage /mnt/shared (nfs) not checked: not an alive Ray node"),
         (FAIL, "shared storage /mnt/shared (nfs) was not checked: no alive node could check it"),
     ]
-    failed = storage.storage_reasons({"error": "ConnectionError: could not reach the GCS"}, ALIASES)
+    failed = shared_storage.storage_reasons({"error": "ConnectionError: could not reach the GCS"}, ALIASES)
     assert levels(failed) == [
         (FAIL, "shared storage: the check did not run in the head container: ConnectionError: could not reach the GCS")
     ]
@@ -196,25 +178,14 @@ def test_no_shared_storage_adds_nothing_to_the_report():
 # --- the real script against a real local Ray -----------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def local_ray():
-    """A local single-node Ray, started once; the script connects to it as its own driver, as in the head."""
-    ray = pytest.importorskip("ray")
-    with pytest.MonkeyPatch.context() as env:
-        env.delenv("RAY_ADDRESS", raising=False)  # a fresh local Ray, never someone's cluster
-        context = ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
-    try:
-        ip = next(n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"])
-        yield {"ip": ip, "address": context.address_info["gcs_address"]}
-    finally:
-        ray.shutdown()
-
-
 def run_check(local_ray: dict[str, str], mounts: list[dict[str, Any]], require_mount: bool) -> dict[str, Any]:
-    script = storage.storage_check_script(mounts, require_mount=require_mount, read_wait_s=2, task_timeout_s=30)
+    """``python -m checks.storage_probe CONFIG``, as the head container runs it (from the package's folder)."""
+    config = shared_storage.probe_config(mounts, require_mount=require_mount, read_wait_s=2, task_timeout_s=30)
     env = {**os.environ, "RAY_ADDRESS": local_ray["address"]}
-    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
-    result = storage.parse_result(done.stdout.splitlines())
+    command = [sys.executable, "-m", "checks.storage_probe", json.dumps(config)]
+    done = subprocess.run(command, cwd=cluster.PACKAGE_DIR.parent, env=env, capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    result = shared_storage.parse_result(done.stdout.splitlines())
     assert result is not None and "mounts" in result, done.stdout + done.stderr
     return result
 
@@ -234,7 +205,7 @@ def test_round_trip_listing_and_a_missing_mount_on_a_real_ray(local_ray, tmp_pat
         },
         dead: {"storage_nfs_mounts": [{"path": str(writable)}]},
     }
-    result = run_check(local_ray, storage.storage_mounts(settings), require_mount=False)
+    result = run_check(local_ray, shared_storage.storage_mounts(settings), require_mount=False)
     assert result["alive"] == [ip]
     shared, absent, datasets = result["mounts"]
 
@@ -252,7 +223,7 @@ def test_round_trip_listing_and_a_missing_mount_on_a_real_ray(local_ray, tmp_pat
 
     assert not absent["ok"]
     assert absent["errors"] == [{"node": ip, "stage": "probe", "error": "missing in the container"}]
-    reasons = storage.storage_reasons(result, {ip: "node-one"})
+    reasons = shared_storage.storage_reasons(result, {ip: "node-one"})
     fails = [r for r in reasons if r.level == FAIL]
     assert [(r.host, r.message) for r in fails] == [
         ("node-one", f"node-one: shared storage {missing} (nfs): missing in the container")
@@ -264,10 +235,10 @@ def test_round_trip_listing_and_a_missing_mount_on_a_real_ray(local_ray, tmp_pat
 def test_a_plain_directory_is_not_a_mount_point_on_a_real_ray(local_ray, tmp_path: Path):
     ip = local_ray["ip"]
     paths = [str(tmp_path)] + (["/dev/shm"] if os.path.ismount("/dev/shm") else [])
-    mounts = storage.storage_mounts({ip: {"storage_nfs_mounts": [{"path": p} for p in paths]}})
+    mounts = shared_storage.storage_mounts({ip: {"storage_nfs_mounts": [{"path": p} for p in paths]}})
     result = run_check(local_ray, mounts, require_mount=True)
     plain = result["mounts"][0]
     assert not plain["ok"] and plain["error"].startswith("a plain directory in the container, not a mount point")
     for mount in result["mounts"][1:]:  # a real mount point (tmpfs) round-trips
         assert mount["ok"], mount
-        assert not [name for name in os.listdir(mount["path"]) if name.startswith(storage.TEST_FILE_PREFIX)]
+        assert not [name for name in os.listdir(mount["path"]) if name.startswith(shared_storage.TEST_FILE_PREFIX)]

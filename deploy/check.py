@@ -1,6 +1,6 @@
 """Run the post-deploy checks alone, on a cluster that is already deployed.
 
-    pyinfra inventories/prod.py checks/post_deploy.py
+    pyinfra inventories/prod.py deploy/check.py
     rayrig check inventories/prod.py        # the same; exit 0 on PASS or WARN, 1 on FAIL
 
 The inventory is validated first, like the deploy. Nothing is changed on any host.

@@ -1,0 +1,257 @@
+"""The post-deploy checks of a whole cluster, driven from the operator's machine through its nodes.
+
+Four parts, one verdict:
+
+1. preflight on every node (:mod:`checks.preflight`): the GPUs the driver sees
+   against ``ray_num_gpus``, the same GPUs inside the ray-node container, the
+   Ray version inside the container against ``ray_version``, the container's
+   shared-memory size, and nvidia-fabricmanager active on NVSwitch systems;
+2. cluster state from inside the head container (:mod:`checks.cluster_state`):
+   every inventory host is an alive Ray node, and the cluster's CPU, GPU and
+   custom-resource totals equal the declarations;
+3. shared storage (:mod:`checks.shared_storage`), when a node has a shared
+   mount: a round trip through every mount on every node that has it;
+4. the benchmark (:mod:`checks.benchmark` ``--cluster``) inside the head
+   container, which drives every node through Ray.
+
+The checks package is copied into the head's ray-node container once, before
+the cluster state, and parts 2 to 4 run from that copy (``python -m``). The JSON
+report and the all-reduce plot are saved in the head's ``checks_report_dir``.
+The checks observe and change nothing.
+
+Example (what ``deploy/post_checks.py`` does with pyinfra's connections)::
+
+    run = run_checks(nodes, head, {n.name: settings_of(n) for n in nodes},
+                     {n.name: gpu_facts_of(n) for n in nodes}, progress=print)
+    print(report.render(run.result, run.verdict))
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import shlex
+import tarfile
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from . import preflight, shared_storage
+from . import report as report_mod
+from . import verdict as verdict_mod
+from .node import Node
+from .verdict import FAIL, WARN, Reason, Verdict
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+REMOTE_DIR = "/tmp/rayrig-checks"  # on the head host
+IN_CONTAINER_DIR = "/tmp/rayrig-checks"  # in the head's ray-node container
+CLUSTER_WAIT_S = 180  # how long the cluster state waits for every expected node to be alive
+
+
+@dataclass
+class ChecksRun:
+    """What a run of the checks found, and where its report went."""
+
+    verdict: Verdict
+    result: dict[str, Any]  # the report: the benchmark's, with preflight, cluster state, storage and verdict
+    json_path: Path
+    plot_path: Path | None  # None without an all-reduce sweep to plot, or without matplotlib
+
+
+def run_checks(
+    nodes: Sequence[Node],
+    head: Node,
+    settings: Mapping[str, Mapping[str, Any]],
+    gpus: Mapping[str, Mapping[str, Any]],
+    progress: Callable[[str], None],
+) -> ChecksRun:
+    """Preflight, cluster state, shared storage and benchmark; the combined verdict and the saved report.
+
+    + nodes: every inventory host, in the inventory's order (``head`` among them)
+    + settings: each node's settings (the data contract's keys), by node name
+    + gpus: the GPU facts (see :mod:`checks.preflight`) of each node this run reaches, by
+      node name; a node without them (outside pyinfra's ``--limit``) is not inspected, but
+      is still expected in the cluster
+    + progress: called with each progress line
+    """
+    head_settings = settings[head.name]
+    container = head_settings["ray_container_name"]
+    progress("--> Running the post-deploy checks (preflight, cluster state, shared storage, benchmark)")
+
+    reasons: list[Reason] = []
+    preflights: dict[str, Any] = {}
+    declarations = []
+    for node in nodes:
+        node_settings = settings[node.name]
+        detected = None
+        if node.name in gpus:
+            node_gpus = gpus[node.name]
+            _ok, lines = node.run(preflight.probe_command(container, node_gpus))
+            probe = preflight.parse_probe(lines)
+            preflights[node.name] = {"gpus": dict(node_gpus), **probe}
+            reasons += preflight.preflight_reasons(node.name, node_settings, node_gpus, probe)
+            detected = preflight.detected_gpus(node_gpus)
+        else:
+            reasons.append(Reason(WARN, "preflight skipped (not part of this run)", host=node.name))
+        declarations.append(declaration(node, node_settings, detected))
+    expected_ips = [d["address"] for d in declarations]
+    aliases = {d["address"]: d["name"] for d in declarations if d["address"] != d["name"]}
+
+    head.put_file(package_tarball(), f"{REMOTE_DIR}.tgz")
+    head.run(install_command(container))  # a failed copy fails each step below, which says so
+
+    ok, lines = head.run(cluster_state_command(container, expected_ips))
+    results = [line[len("RESULT ") :] for line in lines if line.startswith("RESULT ")]
+    cluster_state = json.loads(results[-1]) if ok and results else None
+    if cluster_state is None:
+        reasons.append(Reason(FAIL, "could not read the cluster state from the head container"))
+    else:
+        reasons += preflight.cluster_reasons(declarations, cluster_state)
+
+    storage = None  # no shared mounts: nothing to check, nothing in the report's text
+    mounts = shared_storage.storage_mounts({node.address: settings[node.name] for node in nodes})
+    if mounts:
+        progress(f"--> Shared storage: a round trip through {len(mounts)} mount(s) on every node")
+        _ok, lines = head.run(storage_command(container, mounts))
+        storage = shared_storage.parse_result(lines) or {
+            "error": f"no result (timed out after {shared_storage.check_timeout()} s, or Python failed there)"
+        }
+        reasons += shared_storage.storage_reasons(storage, aliases)
+        storage["hosts"] = aliases
+
+    ok, _ = head.run(benchmark_command(container, head_settings, aliases, expected_ips), print_output=True)
+    bench = _fetch_report(head) if ok else None
+    if bench is None:
+        reasons.append(Reason(FAIL, "the benchmark did not produce a report"))
+
+    thresholds = {
+        "matmul_min_fraction": head_settings["checks_matmul_min_fraction"],
+        "membw_min_fraction": head_settings["checks_membw_min_fraction"],
+        "outlier_fraction": head_settings["checks_outlier_fraction"],
+    }
+    verdict = combined_verdict(bench or {}, reasons, thresholds)
+    result = {
+        **(bench or {}),
+        "preflight": preflights,
+        "cluster_state": cluster_state,
+        "storage": storage,
+        "verdict": {**verdict.as_dict(), "thresholds": thresholds},
+    }
+    report_dir = Path(head_settings["checks_report_dir"]).expanduser()
+    json_path, plot_path = report_mod.save_report(result, report_dir, head_settings["ray_cluster_name"])
+    return ChecksRun(verdict, result, json_path, plot_path)
+
+
+def declaration(node: Node, settings: Mapping[str, Any], detected_gpus: int | None) -> dict[str, Any]:
+    """What the inventory declares for one node's Ray resources.
+
+    ``num_gpus`` is the detected count where ``ray_num_gpus`` is ``"auto"`` (None when the node
+    was not inspected).
+    """
+    declared = settings["ray_num_gpus"]
+    return {
+        "name": node.name,
+        "address": node.address,
+        "num_cpus": settings["ray_num_cpus"],
+        "num_gpus": detected_gpus if declared == "auto" else declared,
+        "resources": settings["ray_resources"],
+    }
+
+
+def _fetch_report(head: Node) -> dict[str, Any] | None:
+    with tempfile.TemporaryDirectory(prefix="rayrig-report-") as folder:
+        local_copy = Path(folder) / "report.json"
+        if not head.get_file(f"{REMOTE_DIR}/report.json", str(local_copy)):
+            return None
+        return json.loads(local_copy.read_text())
+
+
+def combined_verdict(bench: dict[str, Any], extra: list[Reason], thresholds: dict[str, float]) -> Verdict:
+    """The benchmark's own verdict with the preflight, cluster-state and storage reasons first."""
+    judged = verdict_mod.evaluate(bench, **thresholds) if bench else Verdict([Reason(FAIL, "no benchmark report")])
+    return Verdict(extra + judged.reasons)
+
+
+# --- the commands the head runs ----------------------------------------------------------------
+
+
+def package_tarball() -> io.BytesIO:
+    """The ``checks`` package as a tar.gz, to copy into the head container."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        for path in sorted(PACKAGE_DIR.glob("*.py")):
+            tar.add(path, arcname=f"checks/{path.name}")
+    buffer.seek(0)
+    return buffer
+
+
+def install_command(container: str) -> str:
+    """The shell command that unpacks the copied tarball and puts the package in the head's ``container``.
+
+    The previous run's package and report go first: what runs, and what is read back, is this run's.
+    """
+    c = shlex.quote(container)
+    return " && ".join(
+        [
+            f"mkdir -p {REMOTE_DIR}",
+            f"mv {REMOTE_DIR}.tgz {REMOTE_DIR}/checks.tgz",
+            f"rm -rf {REMOTE_DIR}/checks {REMOTE_DIR}/report.json",
+            f"tar -xzf {REMOTE_DIR}/checks.tgz -C {REMOTE_DIR}",
+            f"docker exec {c} rm -rf {IN_CONTAINER_DIR}/checks {IN_CONTAINER_DIR}/report.json",
+            f"docker exec {c} mkdir -p {IN_CONTAINER_DIR}",
+            f"docker cp {REMOTE_DIR}/checks {c}:{IN_CONTAINER_DIR}/",
+        ]
+    )
+
+
+def _in_container(container: str, module: str, *args: str) -> str:
+    """``python -m checks.<module> ARGS`` in ``container``, from the package :func:`install_command` put there."""
+    command = ["docker", "exec", "--workdir", IN_CONTAINER_DIR, container, "python", "-m", f"checks.{module}", *args]
+    return shlex.join(command)
+
+
+def cluster_state_command(container: str, expected_ips: list[str], wait_s: int = CLUSTER_WAIT_S) -> str:
+    """The shell command that prints the cluster state once the expected nodes are alive (or time is up)."""
+    return _in_container(container, "cluster_state", "--expect", ",".join(sorted(expected_ips)), "--wait", str(wait_s))
+
+
+def storage_command(
+    container: str,
+    mounts: list[dict[str, Any]],
+    *,
+    read_wait_s: float = shared_storage.READ_WAIT_S,
+    task_timeout_s: float = shared_storage.TASK_TIMEOUT_S,
+) -> str:
+    """The shell command that runs the shared-storage check in the head's ``container``, bounded by ``timeout``."""
+    config = shared_storage.probe_config(mounts, read_wait_s=read_wait_s, task_timeout_s=task_timeout_s)
+    limit = shared_storage.check_timeout(task_timeout_s, read_wait_s)
+    return f"timeout -k 10 {limit} " + _in_container(container, "storage_probe", json.dumps(config))
+
+
+def benchmark_command(container: str, settings: Mapping[str, Any], aliases: dict[str, str],
+                      expected_ips: list[str]) -> str:  # fmt: skip
+    """The shell command that runs the cluster benchmark in the head container and copies its report out."""
+    args = [
+        "--cluster",
+        "--expect-nodes", ",".join(sorted(expected_ips)),
+        "--out", f"{IN_CONTAINER_DIR}/report.json",
+        "--matmul-min-fraction", str(settings["checks_matmul_min_fraction"]),
+        "--membw-min-fraction", str(settings["checks_membw_min_fraction"]),
+        "--outlier-fraction", str(settings["checks_outlier_fraction"]),
+        "--timeout", str(settings["checks_timeout_s"]),
+    ]  # fmt: skip
+    if settings["checks_profile"] == "quick":
+        args.append("--quick")
+    for ip, name in sorted(aliases.items()):
+        args += ["--host-alias", f"{ip}={name}"]
+    c = shlex.quote(container)
+    return " && ".join(
+        [
+            f"{_in_container(container, 'benchmark', *args)}; status=$?",
+            f"docker cp {c}:{IN_CONTAINER_DIR}/report.json {REMOTE_DIR}/report.json",
+            f"chmod 644 {REMOTE_DIR}/report.json",
+            "exit $(( status > 1 ? status : 0 ))",
+        ]
+    )

@@ -1,0 +1,392 @@
+"""The ``--cluster`` benchmark: every node of the running Ray cluster, driven from the head.
+
+Runs inside the head's ray-node container and connects to the running cluster
+(``ray.init(address="auto")``). Three phases, each logged to stderr as it starts
+and ends:
+
+1. devices: one GPU-holding actor per GPU (``num_gpus=1``, pinned to its node
+   with a hard NodeAffinitySchedulingStrategy, one per GPU so every GPU is
+   measured exactly once, all at the same time) running the kernels; on nodes
+   without GPUs one task per node, holding all its CPUs, runs the fp32 matmul
+   and the memory copy;
+2. all-reduce (:mod:`checks.allreduce`): Ray Train's TorchTrainer over every GPU
+   (NCCL), or over one worker per node on CPU-only clusters (gloo, STRICT_SPREAD),
+   sweeping the message size, checking the reduced values and computing the
+   nccl-tests algbw/busbw (:mod:`checks.maths`);
+3. sweep test: a hyperparameter-sweep-shaped burst of small tasks (64 by
+   default, ``num_cpus=0.25``, ``num_gpus=0.25`` on GPU clusters,
+   ``max_retries=3``, SPREAD) that must all finish and reach every node that
+   has the resources they ask for.
+
+The ``checks`` package travels to the workers as a Ray ``py_modules`` runtime
+environment, so only the head needs it; every node needs torch. Ray and torch are
+imported inside the functions that use them: :mod:`checks.benchmark` imports this
+module, and its ``--local`` run has neither Ray nor, always, torch.
+
+Example::
+
+    connect("auto")
+    result = run_cluster(quick=True, host_aliases={"10.0.0.2": "gpu-1"})
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+from . import REPORT_SCHEMA, specs, verdict
+from .allreduce import run_allreduce
+from .progress import describe, log, phase, versions
+
+DEFAULT_SWEEP_TASKS = 64
+
+
+def connect(address: str | None = "auto", **init_kwargs: Any) -> None:
+    """Connect to Ray (``address="auto"``: the cluster this node belongs to;
+    ``None``: start a local one) and ship the ``checks`` package to every
+    worker through a ``py_modules`` runtime environment."""
+    import ray  # lazy: heavy, and absent where --local runs
+
+    if ray.is_initialized():
+        return
+    runtime_env = {"py_modules": [str(Path(__file__).resolve().parent)]}
+    init_kwargs.setdefault("log_to_driver", False)
+    ray.init(address=address, runtime_env=runtime_env, **init_kwargs)
+
+
+def _here() -> dict[str, Any]:
+    """Where this Ray worker runs: host name, IP, Ray node id."""
+    import ray  # lazy: heavy, and absent where --local runs
+
+    return {
+        "host": socket.gethostname(),
+        "ip": ray.util.get_node_ip_address(),
+        "node_id": ray.get_runtime_context().get_node_id(),
+    }
+
+
+def cluster_nodes() -> list[dict[str, Any]]:
+    """The live Ray nodes with their host name, IP and CPU/GPU resources, head first."""
+    import ray  # lazy: heavy, and absent where --local runs
+
+    nodes = []
+    for node in ray.nodes():
+        if not node.get("Alive"):
+            continue
+        resources = node.get("Resources") or {}
+        nodes.append(
+            {
+                "node_id": node["NodeID"],
+                "host": node.get("NodeManagerHostname") or node.get("NodeManagerAddress"),
+                "ip": node.get("NodeManagerAddress"),
+                "num_cpus": resources.get("CPU", 0.0),
+                "num_gpus": resources.get("GPU", 0.0),
+                "is_head": "node:__internal_head__" in resources,
+            }
+        )
+    nodes.sort(key=lambda n: (not n["is_head"], n["host"] or "", n["ip"] or ""))
+    return nodes
+
+
+def wait_for_nodes(expected_ips: list[str], timeout_s: float = 180) -> list[dict[str, Any]]:
+    """Wait until the alive Ray nodes are exactly one per expected IP; return them.
+
+    A node whose raylet restarted shows up twice for a while (the old entry is
+    declared dead only after the health checks give up), and a node that is
+    still joining is missing; the benchmark must not size its work on either.
+    """
+    wanted = sorted(expected_ips)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        nodes = cluster_nodes()
+        ips = sorted(n["ip"] for n in nodes)
+        if ips == wanted:
+            return nodes
+        if time.monotonic() >= deadline:
+            raise RuntimeError(
+                f"the cluster did not settle within {timeout_s:.0f} s: alive nodes at {', '.join(ips) or 'none'}, "
+                f"expected one each at {', '.join(wanted)}"
+            )
+        time.sleep(2)
+
+
+def _node_label(node: dict[str, Any]) -> str:
+    return verdict.host_label(node)
+
+
+class GpuBench:
+    """Holds one GPU for its lifetime (``num_gpus=1``) and measures it."""
+
+    def run(self, quick: bool) -> dict[str, Any]:
+        """The kernels on this actor's GPU, as a device entry."""
+        import ray  # lazy: heavy, and absent where --local runs
+
+        from . import kernels  # imports torch
+
+        gpu_ids = ray.get_gpu_ids()
+        entry = kernels.measure_device("cuda:0", quick=quick)
+        entry.update(_here())
+        if gpu_ids:
+            entry["device"] = f"cuda:{gpu_ids[0]}"  # the node's numbering, as nvidia-smi shows it
+        return entry
+
+
+def _cpu_bench(quick: bool) -> dict[str, Any]:
+    """The CPU kernels using every CPU this task holds, as a device entry."""
+    import ray  # lazy: heavy, and absent where --local runs
+    import torch
+
+    from . import kernels  # imports torch
+
+    cpus = ray.get_runtime_context().get_assigned_resources().get("CPU", 1)
+    torch.set_num_threads(max(1, int(cpus)))
+    entry = kernels.measure_device("cpu", quick=quick)
+    entry.update(_here())
+    return entry
+
+
+#: Rounds of CPU measurements per node (plus the last one); each node keeps its best.
+CPU_ROUNDS = 2
+
+
+def _best_round(entries: list[dict[str, Any]]) -> dict[str, Any]:
+    """The round with the highest matmul rate, with every round's rate recorded."""
+    rates = [(e.get("matmul") or {}).get("tflops") or 0.0 for e in entries]
+    best = dict(entries[max(range(len(entries)), key=rates.__getitem__)])
+    best["matmul"] = {**best["matmul"], "rounds_tflops": rates}
+    return best
+
+
+def _error_entry(node: dict[str, Any], device: str, kind: str, error: str) -> dict[str, Any]:
+    return {
+        "host": node["host"],
+        "ip": node["ip"],
+        "node_id": node["node_id"],
+        "device": device,
+        "kind": kind,
+        "model": "unknown",
+        "error": error,
+    }
+
+
+def run_devices(nodes: list[dict[str, Any]], quick: bool = False, timeout_s: float = 600) -> list[dict[str, Any]]:
+    """Phase 1: every GPU measured by its own actor (all at once), every GPU-less node by one task (in turn)."""
+    import ray  # lazy: heavy, and absent where --local runs
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    gpu_actor = ray.remote(GpuBench)
+    cpu_task = ray.remote(_cpu_bench)
+    pending: list[tuple[Any, dict[str, Any], str, str]] = []  # (ref, node, device, kind)
+    cpu_nodes: list[tuple[Any, dict[str, Any]]] = []  # (task, node), run one at a time
+    actors = []
+    entries: list[dict[str, Any]] = []
+    for node in nodes:
+        pin = NodeAffinitySchedulingStrategy(node_id=node["node_id"], soft=False)
+        gpus = int(node["num_gpus"])
+        if gpus:
+            for index in range(gpus):
+                actor = gpu_actor.options(num_gpus=1, num_cpus=0, scheduling_strategy=pin).remote()
+                actors.append(actor)
+                pending.append((actor.run.remote(quick), node, f"gpu #{index}", "gpu"))
+        elif node["num_cpus"] >= 1:
+            task = cpu_task.options(num_cpus=node["num_cpus"], scheduling_strategy=pin, max_retries=0)
+            cpu_nodes.append((task, node))
+        else:
+            entry = _error_entry(node, "cpu", "cpu", "")
+            del entry["error"]
+            entry["skipped"] = "the node offers Ray no CPU and no GPU (num_cpus=0), so nothing can run there"
+            entries.append(entry)
+    log(f"devices: {len(pending)} GPUs, {len(cpu_nodes)} CPU-only nodes")
+    # GPUs are independent hardware and run at once. CPU-only nodes run one after
+    # another, in CPU_ROUNDS rounds, each node keeping its best round: hosts that
+    # share cores (VMs on one hypervisor, the local lab) would otherwise measure
+    # their contention, and a burst of load elsewhere would single out whichever
+    # node it happened to hit. A node that is really slow is slow in every round.
+    gpu_refs = [p[0] for p in pending]
+    ready: list[Any] = []
+    rounds: dict[str, list[dict[str, Any]]] = {}
+    for _ in range(CPU_ROUNDS if cpu_nodes else 0):
+        for task, node in cpu_nodes:
+            ref = task.remote(quick)
+            if ray.wait([ref], timeout=timeout_s)[0]:
+                with contextlib.suppress(Exception):  # a failed round is just not counted
+                    rounds.setdefault(node["node_id"], []).append(ray.get(ref))
+            else:
+                ray.cancel(ref, force=True)
+    for task, node in cpu_nodes:
+        ref = task.remote(quick)  # the last round, collected below with its errors
+        pending.append((ref, node, "cpu", "cpu"))
+        ready += ray.wait([ref], timeout=timeout_s)[0]
+    if gpu_refs:
+        ready += ray.wait(gpu_refs, num_returns=len(gpu_refs), timeout=timeout_s)[0]
+    ready_set = set(ready)
+    for ref, node, device, kind in pending:
+        if ref not in ready_set:
+            entries.append(_error_entry(node, device, kind, f"no result within {timeout_s:.0f} s (resources busy?)"))
+            if kind == "cpu":
+                ray.cancel(ref, force=True)
+            continue
+        try:
+            entry = ray.get(ref)
+            if kind == "cpu":
+                entry = _best_round([entry, *rounds.get(node["node_id"], [])])
+            log(
+                f"devices: {verdict.host_label(entry)} {entry['device']} {entry.get('model')}: "
+                f"{(entry.get('matmul') or {}).get('tflops', float('nan')):.3g} TFLOPS"
+            )
+            entries.append(entry)
+        except Exception as exc:  # noqa: BLE001 - a failed device is reported, not fatal
+            entries.append(_error_entry(node, device, kind, describe(exc)))
+    for actor in actors:
+        ray.kill(actor)
+    specs.annotate(entries)
+    return entries
+
+
+def _trial(index: int, use_gpu: bool, sleep_s: float) -> dict[str, Any]:
+    """One "trial" of the sweep: proves it got its share of the node, then sleeps."""
+    import ray  # lazy: heavy, and absent where --local runs
+
+    where = _here()
+    if use_gpu:
+        import torch  # lazy: heavy, needed only for GPU trials
+
+        gpu_ids = ray.get_gpu_ids()
+        if not gpu_ids or not torch.cuda.is_available():
+            raise RuntimeError(f"trial {index} on {where['host']} was given no usable GPU (ids {gpu_ids})")
+        value = torch.ones(1024, device="cuda").sum().item()
+        if value != 1024:
+            raise RuntimeError(f"trial {index} on {where['host']}: GPU arithmetic is wrong ({value})")
+        where["gpu_ids"] = [str(g) for g in gpu_ids]
+    time.sleep(sleep_s)
+    return {"task": index, **where}
+
+
+def run_sweep_test(
+    nodes: list[dict[str, Any]],
+    tasks: int = DEFAULT_SWEEP_TASKS,
+    sleep_s: float = 0.5,
+    timeout_s: float = 300,
+) -> dict[str, Any]:
+    """Phase 3: ``tasks`` small SPREAD tasks (at least two per eligible node)
+    that must all finish, on every node that has the resources they need."""
+    import ray  # lazy: heavy, and absent where --local runs
+
+    use_gpu = any(n["num_gpus"] > 0 for n in nodes)
+    share = {"num_cpus": 0.25, "num_gpus": 0.25 if use_gpu else 0}
+    eligible = [n for n in nodes if n["num_cpus"] >= share["num_cpus"] and n["num_gpus"] >= share["num_gpus"]]
+    tasks = max(tasks, 2 * len(eligible))
+    trial = ray.remote(_trial).options(**share, max_retries=3, scheduling_strategy="SPREAD")
+    log(f"sweep_test: {tasks} tasks with {share}, expected on {len(eligible)} nodes")
+    t0 = time.perf_counter()
+    refs = [trial.remote(i, use_gpu, sleep_s) for i in range(tasks)]
+    ready, not_ready = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
+    done: list[dict[str, Any]] = []
+    failures: list[str] = []
+    for ref in ready:
+        try:
+            done.append(ray.get(ref))
+        except Exception as exc:  # noqa: BLE001 - counted as a failed trial
+            failures.append(describe(exc))
+    for ref in not_ready:
+        ray.cancel(ref, force=True)
+    if not_ready:
+        failures.append(f"{len(not_ready)} tasks did not finish within {timeout_s:.0f} s")
+    labels = {n["node_id"]: _node_label(n) for n in nodes}
+    per_node: dict[str, int] = {}
+    seen = set()
+    for item in done:
+        label = labels.get(item["node_id"]) or verdict.host_label(item)
+        per_node[label] = per_node.get(label, 0) + 1
+        seen.add(item["node_id"])
+    return {
+        "tasks": tasks,
+        "completed": len(done),
+        "failures": failures,
+        "per_node": per_node,
+        "expected_nodes": [_node_label(n) for n in eligible],
+        "missing_nodes": [_node_label(n) for n in eligible if n["node_id"] not in seen],
+        "use_gpu": use_gpu,
+        "resources_per_task": share,
+        "elapsed_s": round(time.perf_counter() - t0, 3),
+    }
+
+
+def rename_hosts(entries: list[dict[str, Any]], aliases: dict[str, str]) -> list[dict[str, Any]]:
+    """Give each entry whose ``ip`` is in ``aliases`` that name as ``host``
+    (keeping the reported one as ``hostname``); returns ``entries``."""
+    for entry in entries:
+        name = aliases.get(entry.get("ip") or "")
+        if name and name != entry.get("host"):
+            entry.setdefault("hostname", entry.get("host"))
+            entry["host"] = name
+    return entries
+
+
+def run_cluster(
+    quick: bool = False,
+    allreduce_sizes: list[int] | None = None,
+    allreduce_min_bytes: int | None = None,
+    allreduce_max_bytes: int | None = None,
+    allreduce_iters: int | None = None,
+    cpu_workers_per_node: int = 1,
+    sweep_tasks: int = DEFAULT_SWEEP_TASKS,
+    sweep_sleep_s: float | None = None,
+    timeout_s: int = 600,
+    host_aliases: dict[str, str] | None = None,
+    expect_ips: list[str] | None = None,
+) -> dict[str, Any]:
+    """All three phases on the connected Ray cluster (call :func:`connect` first).
+
+    ``host_aliases`` maps node IPs to the names the operator knows (the
+    inventory's), which then name the nodes everywhere in the report.
+    ``expect_ips``: wait until exactly these nodes are alive before measuring.
+    """
+    started = time.time()
+    t0 = time.perf_counter()
+    timing: dict[str, float] = {}
+    aliases = host_aliases or {}
+    found = wait_for_nodes(expect_ips, timeout_s=min(timeout_s, 180)) if expect_ips else cluster_nodes()
+    nodes = rename_hosts(found, aliases)
+    cpu_only = not any(n["num_gpus"] > 0 for n in nodes)
+    log(
+        f"cluster: {len(nodes)} nodes, {int(sum(n['num_gpus'] for n in nodes))} GPUs, "
+        f"{sum(n['num_cpus'] for n in nodes):g} CPUs"
+    )
+    result: dict[str, Any] = {
+        "schema": REPORT_SCHEMA,
+        "mode": "cluster",
+        "quick": quick,
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
+        "versions": versions(),
+        "cpu_only": cpu_only,
+        "nodes": nodes,
+        "devices": [],
+        "allreduce": None,
+        "sweep_test": None,
+    }
+    with phase("devices", timing):
+        result["devices"] = rename_hosts(run_devices(nodes, quick=quick, timeout_s=timeout_s), aliases)
+    with phase("allreduce", timing):
+        result["allreduce"] = run_allreduce(
+            nodes,
+            sizes=allreduce_sizes,
+            quick=quick,
+            iters=allreduce_iters,
+            cpu_workers_per_node=cpu_workers_per_node,
+            timeout_s=timeout_s,
+            min_bytes=allreduce_min_bytes,
+            max_bytes=allreduce_max_bytes,
+        )
+    with phase("sweep_test", timing):
+        result["sweep_test"] = run_sweep_test(
+            nodes,
+            tasks=sweep_tasks,
+            sleep_s=sweep_sleep_s if sweep_sleep_s is not None else (0.2 if quick else 0.5),
+            timeout_s=timeout_s,
+        )
+    result["timing"] = {**timing, "total_s": round(time.perf_counter() - t0, 3)}
+    return result

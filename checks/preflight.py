@@ -1,0 +1,161 @@
+"""What the checks judge before the benchmark: each node, then the Ray cluster against the inventory.
+
+A node's preflight combines two readings:
+
+- its GPU facts, read by the deploy side (``{"pci_count": 8, "nvswitches": 4,
+  "driver": {"count": 8, "models": [...], "driver_version": "550.54.15",
+  "memory_mib": [...]} or None}``; ``driver`` is None when nvidia-smi is missing
+  or fails);
+- the lines of :func:`probe_command` run on the node: whether the ray-node
+  container runs, the Ray version and ``/dev/shm`` size inside it, the GPUs it
+  sees, and nvidia-fabricmanager's state on NVSwitch systems.
+
+Example::
+
+    ok, lines = node.run(probe_command("ray-node", gpus))
+    reasons = preflight_reasons("gpu-1", settings, gpus, parse_probe(lines))
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from .verdict import FAIL, INFO, WARN, Reason
+
+MIN_SHM_BYTES = 512 * 2**20  # below this, Ray's object store spills to disk: worth a warning
+
+# $1 the container, $2 the GPUs on the PCI bus, $3 the NVSwitches: one KEY=VALUE line per reading.
+PROBE_SCRIPT = r"""
+c="$1"
+echo "RUNNING=$(docker inspect --format '{{.State.Running}}' "$c" 2>/dev/null || echo missing)"
+echo "RAY_VERSION=$(docker exec "$c" python -c 'import ray; print(ray.__version__)' 2>/dev/null)"
+echo "SHM_KB=$(docker exec "$c" df -k /dev/shm 2>/dev/null | awk 'NR==2 {print $2}')"
+if [ "$2" -gt 0 ]; then echo "CONTAINER_GPUS=$(docker exec "$c" nvidia-smi -L 2>/dev/null | grep -c '^GPU ')"; fi
+if [ "$3" -gt 0 ]; then echo "FABRICMANAGER=$(systemctl is-active nvidia-fabricmanager 2>/dev/null)"; fi
+"""
+
+
+def probe_command(container: str, gpus: Mapping[str, Any]) -> str:
+    """The shell command that reads the container side of one node's preflight.
+
+    >>> probe_command("ray-node", {"pci_count": 0, "nvswitches": 0, "driver": None})[-14:]
+    '_ ray-node 0 0'
+    """
+    args = [shlex.quote(container), str(int(gpus["pci_count"])), str(int(gpus["nvswitches"]))]
+    return f"sh -c {shlex.quote(PROBE_SCRIPT)} _ {' '.join(args)}"
+
+
+def parse_probe(lines: Iterable[str]) -> dict[str, str]:
+    """The probe's ``KEY=VALUE`` lines as a dict with lower-case keys.
+
+    >>> parse_probe(["RUNNING=true", "RAY_VERSION=2.60.0", "noise"])
+    {'running': 'true', 'ray_version': '2.60.0'}
+    """
+    found: dict[str, str] = {}
+    for line in lines:
+        key, sep, value = line.strip().partition("=")
+        if sep:
+            found[key.lower()] = value.strip()
+    return found
+
+
+def detected_gpus(gpus: Mapping[str, Any]) -> int:
+    """The GPUs a node has: as many as the driver reports, else as many as are on the PCI bus."""
+    driver = gpus.get("driver")
+    return int(driver["count"]) if driver else int(gpus.get("pci_count") or 0)
+
+
+def _int(value: Any) -> int | None:
+    try:
+        return int(str(value).strip())
+    except ValueError:
+        return None
+
+
+def preflight_reasons(
+    host: str,
+    settings: Mapping[str, Any],
+    gpus: Mapping[str, Any],
+    probe: Mapping[str, str],
+    min_shm_bytes: int = MIN_SHM_BYTES,
+) -> list[Reason]:
+    """What is wrong (or worth knowing) about one node before the benchmark.
+
+    ``gpus``: the node's GPU facts (see the module); ``probe``: :func:`parse_probe` of its probe.
+    """
+    reasons: list[Reason] = []
+    if probe.get("running") != "true":
+        reasons.append(Reason(FAIL, f"the {settings['ray_container_name']} container is not running", host=host))
+        return reasons
+    pci = int(gpus.get("pci_count") or 0)
+    driver = gpus.get("driver")
+    declared = settings["ray_num_gpus"]
+    if pci and not driver:
+        reasons.append(Reason(FAIL, f"{pci} NVIDIA GPUs on the PCI bus but no working driver (nvidia-smi)", host=host))
+    seen = detected_gpus(gpus)
+    if declared != "auto" and int(declared) != seen:
+        reasons.append(Reason(FAIL, f"ray_num_gpus = {declared} but the host has {seen} GPUs", host=host))
+    if driver:
+        models = sorted(set(driver["models"]))
+        reasons.append(
+            Reason(INFO, f"{driver['count']} x {', '.join(models)}, driver {driver['driver_version']}", host=host)
+        )
+    container_gpus = _int(probe.get("container_gpus"))
+    if pci and container_gpus is not None and container_gpus != seen:
+        reasons.append(Reason(FAIL, f"the ray-node container sees {container_gpus} GPUs, the host {seen}", host=host))
+    version = probe.get("ray_version", "")
+    if version != settings["ray_version"]:
+        found = version or "no Ray"
+        reasons.append(
+            Reason(FAIL, f"Ray {found} in the container, expected ray_version {settings['ray_version']}", host=host)
+        )
+    shm_kb = _int(probe.get("shm_kb"))
+    if shm_kb is not None and shm_kb * 1024 < min_shm_bytes:
+        reasons.append(
+            Reason(WARN, f"/dev/shm in the container is {shm_kb // 1024} MiB (Ray's object store falls back to disk)",
+                   host=host)  # fmt: skip
+        )
+    if gpus.get("nvswitches") and probe.get("fabricmanager") != "active":
+        reasons.append(
+            Reason(FAIL, f"NVSwitch system but nvidia-fabricmanager is {probe.get('fabricmanager') or 'absent'}",
+                   host=host)  # fmt: skip
+        )
+    return reasons
+
+
+def expected_totals(declarations: list[dict[str, Any]]) -> dict[str, float]:
+    """The cluster totals the inventory declares.
+
+    CPUs only when every host declares a number; GPUs only when every count is
+    known (declared, or detected on a host that this run inspected).
+    """
+    totals: dict[str, float] = {}
+    if all(d["num_cpus"] != "auto" for d in declarations):
+        totals["CPU"] = float(sum(d["num_cpus"] for d in declarations))
+    if all(d["num_gpus"] is not None for d in declarations):
+        totals["GPU"] = float(sum(d["num_gpus"] for d in declarations))
+    for d in declarations:
+        for name, amount in d["resources"].items():
+            totals[name] = totals.get(name, 0.0) + float(amount)
+    return totals
+
+
+def cluster_reasons(declarations: list[dict[str, Any]], state: dict[str, Any]) -> list[Reason]:
+    """Every inventory host alive in Ray, and the totals equal to the declarations."""
+    reasons: list[Reason] = []
+    alive = {n["ip"] for n in state["nodes"]}
+    for d in declarations:
+        if d["address"] not in alive:
+            reasons.append(Reason(FAIL, f"not an alive Ray node (expected at {d['address']})", host=d["name"]))
+    extra = alive - {d["address"] for d in declarations}
+    if extra:
+        reasons.append(Reason(WARN, f"alive Ray nodes not in the inventory: {', '.join(sorted(extra))}"))
+    for resource, wanted in expected_totals(declarations).items():
+        got = float(state["total"].get(resource, 0.0))
+        if abs(got - wanted) > 1e-6:
+            reasons.append(Reason(FAIL, f"cluster total {resource} is {got:g}, the inventory declares {wanted:g}"))
+    if not reasons:
+        reasons.append(Reason(INFO, f"{len(alive)} Ray nodes alive with the declared resources"))
+    return reasons

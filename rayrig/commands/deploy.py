@@ -1,0 +1,58 @@
+"""``rayrig deploy``, ``rayrig check`` and ``rayrig demo``: pyinfra runs from the repository root."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+from checks import report
+from cloud import lab
+from deploy.paths import repo_root
+from rayrig.run import CHECKS_FILE, run_pyinfra
+
+
+def deploy_cmd(args: argparse.Namespace) -> int:
+    """Run deploy/cluster.py on the inventory; pyinfra's exit status."""
+    return run_pyinfra(args.inventory, extra=args.pyinfra_args)
+
+
+def check_cmd(args: argparse.Namespace) -> int:
+    """Run the post-deploy checks alone: 0 on PASS or WARN, 1 on FAIL or when they could not run."""
+    status = run_pyinfra(args.inventory, deploy_file=CHECKS_FILE, extra=args.pyinfra_args)
+    return 0 if status == 0 else 1
+
+
+def demo_cmd(args: argparse.Namespace) -> int:
+    """Bring up the local lab, deploy to it, and print the cluster's state and the next commands."""
+    started = time.monotonic()
+    lab.up(hosts=args.hosts, name=args.name)
+    print(f"==> lab ready in {time.monotonic() - started:.0f} s; deploying with pyinfra", flush=True)
+    status = run_pyinfra("inventories/lab.py", env={"RAYRIG_LAB": args.name})
+    if status != 0:
+        print(f"==> the deploy failed (pyinfra exit status {status})", file=sys.stderr)
+        return 1
+    print(lab.summary(args.name, report.latest_checks(args.name, repo_root() / "reports")))
+    print(f"==> demo finished in {time.monotonic() - started:.0f} s")
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``rayrig deploy``, ``rayrig check`` and ``rayrig demo``."""
+    deploy = subparsers.add_parser("deploy", help="run deploy/cluster.py on an inventory (pyinfra ... -y)")
+    deploy.add_argument("inventory", help="pyinfra inventory file, e.g. inventories/prod.py")
+    deploy.add_argument("pyinfra_args", nargs=argparse.REMAINDER, help="more pyinfra arguments (--dry, --limit ...)")
+    deploy.set_defaults(func=deploy_cmd)
+
+    check = subparsers.add_parser(
+        "check", help="run the post-deploy checks on a deployed cluster (exit 0 PASS/WARN, 1 FAIL)"
+    )
+    check.add_argument("inventory", help="pyinfra inventory file")
+    check.add_argument("pyinfra_args", nargs=argparse.REMAINDER, help="more pyinfra arguments")
+    check.set_defaults(func=check_cmd)
+
+    demo = subparsers.add_parser("demo", help="bring up the local lab and deploy a Ray cluster to it")
+    demo.add_argument("--hosts", type=int, default=3, help="hosts in the lab (default: %(default)s)")
+    demo.add_argument("--name", default=os.environ.get("RAYRIG_LAB", lab.DEFAULT_NAME), help="lab name")
+    demo.set_defaults(func=demo_cmd)

@@ -1,0 +1,20 @@
+"""Unit-tier fixtures: a real, local, single-node Ray for the programs the checks run in the head container."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    """A local single-node Ray, started once per module; a program connects to it as its own driver
+    (``RAY_ADDRESS``), as in the head container. Yields its node's ``ip`` and its ``address``."""
+    ray = pytest.importorskip("ray")
+    with pytest.MonkeyPatch.context() as env:
+        env.delenv("RAY_ADDRESS", raising=False)  # a fresh local Ray, never someone's cluster
+        context = ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    try:
+        ip = next(n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"])
+        yield {"ip": ip, "address": context.address_info["gcs_address"]}
+    finally:
+        ray.shutdown()

@@ -1,0 +1,249 @@
+"""The checks across a cluster (checks/cluster.py): the commands the head runs, the programs they
+start, and the order and the verdict of a whole run through in-memory nodes.
+
+The nodes here are fakes because a real one needs a deployed cluster (the e2e tier runs the same
+code through pyinfra's connections); everything on the operator's side of them is real.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+from typing import IO, Any
+
+import pytest
+
+from checks import cluster, report
+from checks.node import Node
+from checks.verdict import FAIL, INFO, WARN, Reason
+from deploy.settings import merge
+
+D = cluster.IN_CONTAINER_DIR
+
+# --- the commands ---------------------------------------------------------------------------------
+
+
+def test_benchmark_command_passes_thresholds_aliases_and_expected_nodes():
+    settings = merge({"checks_profile": "quick", "checks_outlier_fraction": 0.8})
+    command = cluster.benchmark_command("ray-node", settings, {"10.0.0.2": "w1"}, ["10.0.0.2", "10.0.0.1"])
+    run = next(part for part in command.split(" && ") if "checks.benchmark" in part)
+    args = shlex.split(run.split("; status=")[0])
+    assert args[:8] == ["docker", "exec", "--workdir", D, "ray-node", "python", "-m", "checks.benchmark"]
+    assert "--quick" in args
+    assert args[args.index("--expect-nodes") + 1] == "10.0.0.1,10.0.0.2"
+    assert args[args.index("--outlier-fraction") + 1] == "0.8"
+    assert args[args.index("--matmul-min-fraction") + 1] == "0.65"
+    assert args[args.index("--host-alias") + 1] == "10.0.0.2=w1"
+    assert "--quick" not in cluster.benchmark_command("ray-node", merge({}), {}, ["10.0.0.1"])
+
+
+def test_package_tarball_holds_the_checks_package_with_its_programs():
+    with tarfile.open(fileobj=cluster.package_tarball(), mode="r:gz") as tar:
+        names = set(tar.getnames())
+    assert {"checks/benchmark.py", "checks/kernels.py", "checks/verdict.py", "checks/__init__.py"} <= names
+    assert {"checks/cluster_state.py", "checks/storage_probe.py"} <= names
+
+
+def test_install_replaces_the_previous_copy_in_the_container():
+    steps = cluster.install_command("ray node").split(" && ")
+    assert steps[0] == f"mkdir -p {cluster.REMOTE_DIR}"
+    assert f"docker exec 'ray node' rm -rf {D}/checks {D}/report.json" in steps
+    assert steps[-1] == f"docker cp {cluster.REMOTE_DIR}/checks 'ray node':{D}/"
+
+
+def test_combined_verdict_fails_on_preflight_even_when_the_benchmark_passes():
+    bench = {"mode": "cluster", "cpu_only": True, "devices": [], "allreduce": None, "sweep_test": None}
+    extra = [Reason(FAIL, "the ray-node container is not running", host="w1")]
+    thresholds = {"matmul_min_fraction": 0.65, "membw_min_fraction": 0.8, "outlier_fraction": 0.9}
+    verdict = cluster.combined_verdict(bench, extra, thresholds)
+    assert verdict.status == FAIL
+    assert verdict.reasons[0].host == "w1"
+
+
+@pytest.mark.parametrize("expected", [["10.0.0.1"], ["10.0.0.2", "10.0.0.1"]])
+def test_cluster_state_command_runs_the_module_from_the_copied_package(expected):
+    args = shlex.split(cluster.cluster_state_command("ray-node", expected, wait_s=30))
+    assert args[:8] == ["docker", "exec", "--workdir", D, "ray-node", "python", "-m", "checks.cluster_state"]
+    assert args[8:] == ["--expect", ",".join(sorted(expected)), "--wait", "30"]
+
+
+def test_the_storage_command_is_bounded_and_carries_the_mounts_as_json():
+    mounts = [{"path": "/mnt/it's", "kind": "nfs", "nodes": ["10.0.0.1"], "writers": ["10.0.0.1"], "writable": True}]
+    args = shlex.split(cluster.storage_command("ray-node", mounts, read_wait_s=5, task_timeout_s=10))
+    assert args[:4] == ["timeout", "-k", "10", str(cluster.shared_storage.check_timeout(10, 5))]
+    assert args[4:12] == ["docker", "exec", "--workdir", D, "ray-node", "python", "-m", "checks.storage_probe"]
+    config = json.loads(args[12])  # the mounts travel intact, quotes and all
+    assert config["mounts"] == mounts
+    assert (config["read_wait_s"], config["task_timeout_s"], config["require_mount"]) == (5, 10, True)
+    assert cluster.shared_storage.check_timeout() >= 4 * cluster.shared_storage.TASK_TIMEOUT_S
+
+
+@pytest.mark.slow
+def test_the_cluster_state_program_on_a_real_ray(local_ray):
+    env = {**os.environ, "RAY_ADDRESS": local_ray["address"]}
+    command = [sys.executable, "-m", "checks.cluster_state", "--expect", local_ray["ip"], "--wait", "30"]
+    done = subprocess.run(command, cwd=cluster.PACKAGE_DIR.parent, env=env, capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    [line] = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    state = json.loads(line[len("RESULT ") :])
+    assert [n["ip"] for n in state["nodes"]] == [local_ray["ip"]]
+    assert state["total"]["CPU"] == 1.0
+
+
+# --- a whole run through in-memory nodes ----------------------------------------------------------
+
+
+class FakeNode:
+    """A :class:`checks.node.Node` that answers each kind of command from ``answers`` and records
+    what it was asked; ``report`` is what the benchmark left behind (None: nothing)."""
+
+    def __init__(self, name: str, address: str, answers: dict[str, tuple[bool, list[str]]] | None = None,
+                 report: dict[str, Any] | None = None):  # fmt: skip
+        self.name, self.address = name, address
+        self.answers = answers or {}
+        self.report = report
+        self.calls: list[tuple[str, str]] = []  # (kind, command or path)
+        self.printed: list[str] = []  # the kinds of command whose output the operator sees live
+        self.files: dict[str, bytes] = {}
+
+    @staticmethod
+    def kind(command: str) -> str:
+        for word, kind in (("checks.cluster_state", "cluster_state"), ("checks.storage_probe", "storage"),
+                           ("checks.benchmark", "benchmark"), ("tar -xzf", "install"), ("sh -c", "probe")):  # fmt: skip
+            if word in command:
+                return kind
+        raise AssertionError(f"an unexpected command: {command}")
+
+    def run(self, command: str, print_output: bool = False) -> tuple[bool, list[str]]:
+        kind = self.kind(command)
+        self.calls.append((kind, command))
+        if print_output:
+            self.printed.append(kind)
+        return self.answers.get(kind, (True, []))
+
+    def put_file(self, source: IO[bytes], remote_path: str) -> bool:
+        self.calls.append(("put", remote_path))
+        self.files[remote_path] = source.read()
+        return True
+
+    def get_file(self, remote_path: str, local_path: str) -> bool:
+        self.calls.append(("get", remote_path))
+        if self.report is None:
+            return False
+        Path(local_path).write_text(json.dumps(self.report))
+        return True
+
+
+HEAD_IP, WORKER_IP = "10.0.0.1", "10.0.0.2"
+NO_GPUS = {"pci_count": 0, "nvswitches": 0, "driver": None}
+RUNNING = (True, ["RUNNING=true", "RAY_VERSION=2.60.0", "SHM_KB=1048576"])
+BENCH = {
+    "mode": "cluster",
+    "cpu_only": True,
+    "devices": [{"host": n, "device": "cpu", "kind": "cpu", "model": "x", "matmul": {"tflops": 0.2}} for n in "hw"],
+    "allreduce": {"backend": "gloo", "world_size": 2, "value_check": {"ok": True},
+                  "sweep": [{"bytes": 2**20, "time_s": 0.01, "algbw_gbps": 0.1, "busbw_gbps": 0.1, "values_ok": True}]},
+    "sweep_test": {"tasks": 4, "completed": 4, "failures": [], "missing_nodes": []},
+}  # fmt: skip
+
+
+def result_line(data: dict[str, Any]) -> tuple[bool, list[str]]:
+    return True, ["2026 WARNING something from Ray", "RESULT " + json.dumps(data)]
+
+
+def alive(*ips: str, **total: float) -> tuple[bool, list[str]]:
+    return result_line({"nodes": [{"ip": ip, "resources": {}} for ip in ips], "total": total})
+
+
+def settings(tmp_path: Path, **data: Any) -> dict[str, Any]:
+    return merge({"ray_num_gpus": 0, "checks_report_dir": str(tmp_path), "ray_cluster_name": "lab", **data})
+
+
+def run(nodes: list[Node], settings_by_name: dict[str, Any], gpus: dict[str, Any]) -> tuple[Any, list[str]]:
+    said: list[str] = []
+    outcome = cluster.run_checks(nodes, nodes[0], settings_by_name, gpus, progress=said.append)
+    return outcome, said
+
+
+def test_a_healthy_cluster_passes_in_order_and_the_report_is_saved(tmp_path):
+    share = {"storage_nfs_mounts": [{"server": "head", "export": "/srv", "path": "/mnt/shared"}]}
+    mount = {"path": "/mnt/shared", "kind": "nfs", "writable": True, "nodes_with_mount": [HEAD_IP, WORKER_IP],
+             "written_on": HEAD_IP, "read_on": [WORKER_IP], "listed_on": [], "seconds": 0.1, "errors": [],
+             "ok": True, "error": None}  # fmt: skip
+    answers = {
+        "probe": RUNNING,
+        "cluster_state": alive(HEAD_IP, WORKER_IP),
+        "storage": result_line({"alive": [HEAD_IP, WORKER_IP], "mounts": [mount]}),
+    }
+    head = FakeNode("head", HEAD_IP, answers, report=BENCH)
+    worker = FakeNode("w1", WORKER_IP, {"probe": RUNNING})
+    every = {"head": settings(tmp_path, **share), "w1": settings(tmp_path, **share)}
+
+    outcome, said = run([head, worker], every, {"head": NO_GPUS, "w1": NO_GPUS})
+
+    assert outcome.verdict.status == "PASS", outcome.verdict.as_dict()
+    assert said == [
+        "--> Running the post-deploy checks (preflight, cluster state, shared storage, benchmark)",
+        "--> Shared storage: a round trip through 1 mount(s) on every node",
+    ]
+    steps = [kind for kind, _ in head.calls]
+    assert steps == ["probe", "put", "install", "cluster_state", "storage", "benchmark", "get"]
+    assert [kind for kind, _ in worker.calls] == ["probe"]
+    assert head.printed == ["benchmark"]  # its progress streams to the operator
+    assert f"{cluster.REMOTE_DIR}.tgz" in head.files  # the package goes over once, before the first program
+    benchmark = dict(head.calls)["benchmark"]
+    assert "--host-alias 10.0.0.1=head --host-alias 10.0.0.2=w1" in benchmark
+    assert f"--expect {HEAD_IP},{WORKER_IP}" in dict(head.calls)["cluster_state"]
+
+    assert outcome.json_path.parent == tmp_path and outcome.json_path.name.startswith("checks-lab-")
+    saved = json.loads(outcome.json_path.read_text())
+    assert set(saved["preflight"]) == {"head", "w1"}
+    assert saved["preflight"]["w1"]["gpus"] == NO_GPUS and saved["preflight"]["w1"]["running"] == "true"
+    assert saved["storage"]["hosts"] == {HEAD_IP: "head", WORKER_IP: "w1"}
+    assert saved["verdict"]["status"] == "PASS" and saved["verdict"]["thresholds"]["outlier_fraction"] == 0.9
+    assert saved["devices"] == BENCH["devices"]
+    assert outcome.plot_path is None or outcome.plot_path.exists()
+    assert report.latest_checks("lab", tmp_path).startswith("==> checks: PASS; report ")
+
+
+def test_a_host_outside_the_run_and_a_head_that_answers_nothing(tmp_path):
+    head = FakeNode("head", HEAD_IP, {"probe": RUNNING, "cluster_state": (False, []), "benchmark": (False, [])})
+    worker = FakeNode("w1", WORKER_IP)
+    every = {"head": settings(tmp_path), "w1": settings(tmp_path)}
+
+    outcome, said = run([head, worker], every, {"head": NO_GPUS})  # w1: outside --limit
+
+    assert worker.calls == []  # not inspected ...
+    assert f"--expect-nodes {HEAD_IP},{WORKER_IP}" in dict(head.calls)["benchmark"]  # ... but still expected
+    assert "storage" not in dict(head.calls) and len(said) == 1  # no shared mount: no storage check
+    found = [(r.level, r.message, r.host) for r in outcome.verdict.reasons]
+    assert (WARN, "preflight skipped (not part of this run)", "w1") in found
+    assert (FAIL, "could not read the cluster state from the head container", None) in found
+    assert (FAIL, "the benchmark did not produce a report", None) in found
+    assert outcome.verdict.status == FAIL
+    assert ("get", f"{cluster.REMOTE_DIR}/report.json") not in head.calls  # a failed run's report is not read
+    saved = json.loads(outcome.json_path.read_text())
+    assert (saved["cluster_state"], saved["storage"]) == (None, None)
+    assert saved["verdict"]["status"] == FAIL
+
+
+def test_detected_gpus_stand_for_auto_in_the_cluster_totals(tmp_path):
+    driver = {"count": 4, "models": ["NVIDIA L4"] * 4, "driver_version": "550", "memory_mib": [23034] * 4}
+    four = {"pci_count": 4, "nvswitches": 0, "driver": driver}
+    probe = (True, [*RUNNING[1], "CONTAINER_GPUS=4"])
+    head = FakeNode("head", HEAD_IP, {"probe": RUNNING, "cluster_state": alive(HEAD_IP, WORKER_IP, GPU=0.0)},
+                    report=BENCH)  # fmt: skip
+    worker = FakeNode("w1", WORKER_IP, {"probe": probe})
+    every = {"head": settings(tmp_path), "w1": settings(tmp_path, ray_num_gpus="auto")}
+
+    outcome, _ = run([head, worker], every, {"head": NO_GPUS, "w1": four})
+
+    found = [(r.level, r.message) for r in outcome.verdict.reasons]
+    assert (INFO, "4 x NVIDIA L4, driver 550") in found
+    assert (FAIL, "cluster total GPU is 0, the inventory declares 4") in found
+    assert dict(worker.calls)["probe"].endswith("_ ray-node 4 0")  # the container side knows the GPU count

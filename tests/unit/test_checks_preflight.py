@@ -1,0 +1,130 @@
+"""What the checks judge before the benchmark (checks/preflight.py): each node's GPUs and
+container, and the Ray cluster's state against the inventory's declarations."""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+
+from checks import preflight
+from checks.verdict import FAIL, INFO, WARN
+from deploy.settings import merge
+
+H100 = "NVIDIA H100 80GB HBM3"
+
+
+def gpus(count: int = 0, *, driver: bool = True, nvswitches: int = 0) -> dict:
+    """A node's GPU facts as the deploy side reads them."""
+    found = {"count": count, "models": [H100] * count, "driver_version": "550.54.15", "memory_mib": [81559] * count}
+    return {"pci_count": count, "nvswitches": nvswitches, "driver": found if count and driver else None}
+
+
+def probe(*extra: str, gpus: int = 0, container_gpus: int | None = None, version: str = "2.60.0") -> dict:
+    """The container side of the preflight, as :func:`preflight.parse_probe` reads the probe's lines."""
+    lines = ["RUNNING=true", f"RAY_VERSION={version}", "SHM_KB=1048576"]
+    if gpus:
+        lines.append(f"CONTAINER_GPUS={gpus if container_gpus is None else container_gpus}")
+    return preflight.parse_probe([*lines, *extra])
+
+
+def levels(reasons) -> list[tuple[str, str]]:
+    return [(r.level, r.message) for r in reasons]
+
+
+def test_parse_probe_reads_the_keys():
+    found = probe(gpus=2)
+    assert found == {"running": "true", "ray_version": "2.60.0", "shm_kb": "1048576", "container_gpus": "2"}
+
+
+def test_the_probe_takes_the_container_and_the_counts_as_arguments(tmp_path):
+    command = preflight.probe_command("ray node;x", gpus(8, nvswitches=4))
+    args = shlex.split(command)
+    assert args[:2] == ["sh", "-c"] and args[3:] == ["_", "ray node;x", "8", "4"]
+    # a docker that shows its arguments and sees one GPU, a systemctl that says "active"
+    calls = tmp_path / "calls"
+    stubs = {"docker": f"printf '%s|' docker \"$@\" >> {calls}; echo >> {calls}; echo 'GPU 0: stub'",
+             "systemctl": "echo active"}  # fmt: skip
+    for name, body in stubs.items():
+        (tmp_path / name).write_text(f"#!/bin/sh\n{body}\n")
+        (tmp_path / name).chmod(0o755)
+    env = {"PATH": f"{tmp_path}:/usr/bin:/bin"}
+    done = subprocess.run(command, shell=True, capture_output=True, text=True, env=env)
+    found = preflight.parse_probe(done.stdout.splitlines())
+    assert (found["container_gpus"], found["fabricmanager"]) == ("1", "active")
+    assert "docker|exec|ray node;x|nvidia-smi|-L|" in calls.read_text().splitlines()
+    plain = subprocess.run(preflight.probe_command("c", gpus()), shell=True, capture_output=True, text=True, env=env)
+    assert set(preflight.parse_probe(plain.stdout.splitlines())) == {"running", "ray_version", "shm_kb"}
+
+
+def test_healthy_gpu_node_has_only_information():
+    reasons = preflight.preflight_reasons("gpu-1", merge({"ray_num_gpus": 2}), gpus(2), probe(gpus=2), 2**20)
+    assert [r.level for r in reasons] == [INFO]
+    assert "2 x NVIDIA H100 80GB HBM3, driver 550.54.15" in reasons[0].message
+
+
+def test_declared_gpus_differ_from_the_host():
+    reasons = preflight.preflight_reasons("gpu-1", merge({"ray_num_gpus": 8}), gpus(4), probe(gpus=4), 2**20)
+    assert (FAIL, "ray_num_gpus = 8 but the host has 4 GPUs") in levels(reasons)
+    assert all(r.host == "gpu-1" for r in reasons)
+
+
+def test_container_sees_fewer_gpus_than_the_host():
+    reasons = preflight.preflight_reasons("gpu-1", merge({}), gpus(8), probe(gpus=8, container_gpus=0), 2**20)
+    assert (FAIL, "the ray-node container sees 0 GPUs, the host 8") in levels(reasons)
+
+
+def test_gpus_without_a_working_driver():
+    reasons = preflight.preflight_reasons("gpu-1", merge({}), gpus(4, driver=False), probe(), 2**20)
+    assert (FAIL, "4 NVIDIA GPUs on the PCI bus but no working driver (nvidia-smi)") in levels(reasons)
+    assert preflight.detected_gpus(gpus(4, driver=False)) == 4
+
+
+def test_ray_version_mismatch_and_missing_container():
+    reasons = preflight.preflight_reasons("w1", merge({"ray_num_gpus": 0}), gpus(), probe(version="2.59.0"), 2**20)
+    assert (FAIL, "Ray 2.59.0 in the container, expected ray_version 2.60.0") in levels(reasons)
+    stopped = preflight.parse_probe(["RUNNING=false"])
+    assert levels(preflight.preflight_reasons("w1", merge({}), gpus(), stopped, 2**20)) == [
+        (FAIL, "the ray-node container is not running")
+    ]
+
+
+def test_small_shm_warns_and_nvswitch_needs_fabricmanager():
+    hgx = gpus(8, nvswitches=4)
+    facts = probe("FABRICMANAGER=inactive", gpus=8)
+    reasons = preflight.preflight_reasons("hgx", merge({"ray_num_gpus": 8}), hgx, facts, 2 * 2**30)
+    assert (WARN, "/dev/shm in the container is 1024 MiB (Ray's object store falls back to disk)") in levels(reasons)
+    assert (FAIL, "NVSwitch system but nvidia-fabricmanager is inactive") in levels(reasons)
+    healthy = probe("FABRICMANAGER=active", gpus=8)
+    reasons = preflight.preflight_reasons("hgx", merge({"ray_num_gpus": 8}), hgx, healthy, 1)
+    assert FAIL not in {r.level for r in reasons}
+
+
+DECLARED = [
+    {"name": "head", "address": "10.0.0.1", "num_cpus": 2, "num_gpus": 0, "resources": {"a": 1}},
+    {"name": "w1", "address": "10.0.0.2", "num_cpus": 4, "num_gpus": 8, "resources": {"b": 1}},
+]
+
+
+def test_expected_totals():
+    assert preflight.expected_totals(DECLARED) == {"CPU": 6.0, "GPU": 8.0, "a": 1.0, "b": 1.0}
+    auto = [{**DECLARED[0], "num_cpus": "auto", "num_gpus": None}, DECLARED[1]]
+    assert preflight.expected_totals(auto) == {"a": 1.0, "b": 1.0}
+
+
+def test_cluster_state_matches_the_declarations():
+    state = {
+        "nodes": [{"ip": "10.0.0.1", "resources": {}}, {"ip": "10.0.0.2", "resources": {}}],
+        "total": {"CPU": 6.0, "GPU": 8.0, "a": 1.0, "b": 1.0, "memory": 1e9},
+    }
+    assert [r.level for r in preflight.cluster_reasons(DECLARED, state)] == [INFO]
+
+
+def test_cluster_state_names_a_missing_node_and_a_wrong_total():
+    state = {"nodes": [{"ip": "10.0.0.1", "resources": {}}], "total": {"CPU": 2.0, "GPU": 0.0, "a": 1.0}}
+    found = levels(preflight.cluster_reasons(DECLARED, state))
+    assert (FAIL, "not an alive Ray node (expected at 10.0.0.2)") in found
+    assert (FAIL, "cluster total CPU is 2, the inventory declares 6") in found
+    assert (FAIL, "cluster total GPU is 0, the inventory declares 8") in found
+    assert (FAIL, "cluster total b is 0, the inventory declares 1") in found
+    missing = next(r for r in preflight.cluster_reasons(DECLARED, state) if "alive" in r.message)
+    assert missing.host == "w1"

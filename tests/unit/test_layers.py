@@ -64,18 +64,20 @@ def test_a_back_edge_fails_the_contracts(tree, module, back_edge, words):
 
 
 def _imports_in_functions(path: Path) -> list[tuple[int, str]]:
-    """(line, module) of each import inside a function body that has no comment on its line or the one above."""
+    """(line, module) of the imports inside functions whose function says nowhere why they are there.
+
+    A function explains its late imports with a comment on one of their lines or on one of the two lines
+    above one (``try:  # ...`` before an optional import counts).
+    """
     lines = path.read_text().splitlines()
     found = []
     for node in ast.walk(ast.parse("\n".join(lines))):
         if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             continue
-        for inner in ast.walk(node):
-            if isinstance(inner, (ast.Import, ast.ImportFrom)):
-                here, above = lines[inner.lineno - 1], lines[inner.lineno - 2] if inner.lineno > 1 else ""
-                if "#" not in here and not above.strip().startswith("#"):
-                    names = inner.module if isinstance(inner, ast.ImportFrom) else inner.names[0].name
-                    found.append((inner.lineno, str(names)))
+        imports = [n for n in ast.walk(node) if isinstance(n, (ast.Import, ast.ImportFrom))]
+        explained = any("#" in line for n in imports for line in lines[max(n.lineno - 3, 0) : n.lineno])
+        if not explained:
+            found += [(n.lineno, n.module if isinstance(n, ast.ImportFrom) else n.names[0].name) for n in imports]
     return found
 
 

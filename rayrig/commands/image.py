@@ -10,8 +10,6 @@ RAY_VERSION defaults to ``ray_version`` in ``inventories/group_data/all.py``.
 from __future__ import annotations
 
 import argparse
-import sys
-from collections.abc import Sequence
 from pathlib import Path
 
 from images import RAY_VERSION
@@ -75,15 +73,3 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--python-version", default=DEFAULT_PYTHON_VERSION, help="the image's Python (default: %(default)s)"
     )
     wheels.set_defaults(func=_cmd_wheelhouse)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``python -m rayrig.commands.image ...`` (the same commands as ``rayrig image ...``)."""
-    parser = argparse.ArgumentParser(prog="python -m rayrig.commands.image")
-    register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["image", *(argv if argv is not None else sys.argv[1:])])
-    return args.func(args)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

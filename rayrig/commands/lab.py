@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
-from collections.abc import Sequence
 
 from cloud import lab
 
@@ -44,15 +42,3 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p_status = sub.add_parser("status", help="show the lab's hosts and whether they answer")
     p_status.add_argument("--name", default=lab.DEFAULT_NAME, help="lab name (default: %(default)s)")
     p_status.set_defaults(func=_cmd_status)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``python -m rayrig.commands.lab up|down|status`` (the same as ``rayrig lab ...``)."""
-    parser = argparse.ArgumentParser(prog="python -m rayrig.commands.lab")
-    register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["lab", *(argv if argv is not None else sys.argv[1:])])
-    return args.func(args)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -16,7 +16,7 @@ Four parts, one verdict:
 
 The checks package is copied into the head's ray-node container once, before
 the cluster state, and parts 2 to 4 run from that copy (``python -m``). The JSON
-report and the all-reduce plot are saved in the head's ``checks_report_dir``.
+report and the all-reduce plot are saved on this machine, in the head's ``checks_report_dir``.
 The checks observe and change nothing.
 
 Example (what ``deploy/post_checks.py`` does with pyinfra's connections)::

@@ -19,7 +19,9 @@ skips the question). Whatever a run creates is tagged ``rayrig:cluster``,
 ``rayrig:created=true``; a second run finds it by those tags and creates
 nothing. A run that fails half way removes what it created and says what failed.
 One ``up`` or ``down`` of a cluster runs at a time on this machine (a lock in
-the state folder).
+the state folder); each instance fills a slot (``rayrig:slot``) and is launched
+with a ``ClientToken`` derived from the cluster, its key pair, the group and
+the slot, so a retried or concurrent launch gets the same instance back.
 
 ``down(NAME)`` deletes what carries ``rayrig:created=true`` and the cluster's
 tag in the region ``up`` recorded, then lists whatever still carries the tag

@@ -1,5 +1,5 @@
 """An EC2 cluster's life on this machine and on AWS: private state files without secrets,
-``down`` in the wrong region, two ``up`` runs at once."""
+``down`` in the wrong region, two ``up`` runs at once, idempotent launches."""
 
 from __future__ import annotations
 
@@ -7,17 +7,20 @@ import contextlib
 import json
 import stat
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from botocore.awsrequest import AWSResponse
 
 from cloud import ec2
+from cloud.ec2 import aws as ec2_aws
 from cloud.ec2 import bring_up
+from cloud.ec2.aws import forget_connections
 from cloud.ec2.spec import load_spec
 from cloud.ec2.state import cluster_lock
-from tests.cloud.conftest import REGION, base_spec, raw_client, run_cli
+from tests.cloud.conftest import REGION, Calls, base_spec, raw_client, run_cli
 
 pytestmark = pytest.mark.cloud
 
@@ -217,6 +220,120 @@ def test_two_ups_at_once_end_with_one_head(
     assert "waiting for another 'rayrig cloud up' or 'down' of cluster sprint42" in capsys.readouterr().out
     lock = tmp_path / "state" / "ec2" / "sprint42.lock"
     assert mode(lock) == 0o600 and mode(lock.parent) == 0o700
+
+
+class ClientTokens:
+    """AWS's idempotent RunInstances (moto 5 ignores ClientToken): a token seen before answers with its
+    instances as they are now, or IdempotentParameterMismatch when other parameters come with it."""
+
+    def __init__(self, url: str):
+        self.ec2 = raw_client("ec2", url)
+        self.seen: dict[str, tuple[dict[str, Any], list[str]]] = {}
+        self.lock = threading.Lock()
+
+    def remember(self, params: dict[str, Any], context: dict[str, Any], **_: Any) -> None:
+        context["test_params"] = dict(params)
+
+    def run(self, context: dict[str, Any], **_: Any) -> tuple[AWSResponse, dict[str, Any]]:
+        params = context["test_params"]
+        token = params["ClientToken"]
+        with self.lock:
+            if token not in self.seen:
+                answer = self.ec2.run_instances(**params)
+                self.seen[token] = (params, [i["InstanceId"] for i in answer["Instances"]])
+            first, ids = self.seen[token]
+            if first != params:
+                return AWSResponse("https://ec2.amazonaws.com/", 400, {}, None), {  # type: ignore[arg-type]
+                    "Error": {"Code": "IdempotentParameterMismatch", "Message": "inconsistent arguments"},
+                    "ResponseMetadata": {"HTTPStatusCode": 400},
+                }
+            now = [i for r in self.ec2.describe_instances(InstanceIds=ids)["Reservations"] for i in r["Instances"]]
+        return AWSResponse("https://ec2.amazonaws.com/", 200, {}, None), {"Instances": now}  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def client_tokens(aws: str, monkeypatch: pytest.MonkeyPatch) -> ClientTokens:
+    tokens = ClientTokens(aws)
+    hooked = ec2_aws.aws_session
+
+    def with_tokens(region: str | None) -> Any:
+        session = hooked(region)
+        session.events.register("before-parameter-build.ec2.RunInstances", tokens.remember)
+        session.events.register("before-call.ec2.RunInstances", tokens.run)
+        return session
+
+    monkeypatch.setattr(ec2_aws, "aws_session", with_tokens)
+    forget_connections()
+    return tokens
+
+
+@contextlib.contextmanager
+def no_lock(name: str, say: Any) -> Iterator[None]:
+    yield None
+
+
+def test_two_ups_on_two_machines_launch_each_slot_once(
+    write_spec: Callable[..., Path],
+    no_ssh: Any,
+    client: Any,
+    client_tokens: ClientTokens,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    path = write_spec()
+    bring(path, no_ssh)
+    lose_the_head(client)
+    monkeypatch.setattr(bring_up, "cluster_lock", no_lock)  # two machines: no lock in common
+
+    errors = run_together(
+        lambda: bring(path, no_ssh), lambda: bring(path, no_ssh), sync_on=monkeypatch, meet_at=("discover",)
+    )
+
+    assert errors == [None, None]
+    assert len(heads(client)) == 1
+    # The lost head's token is spent on a terminated instance: the slot's next token launched the new one.
+    assert len(client_tokens.seen) == 4
+
+
+def test_a_slot_launched_by_another_run_with_other_parameters_is_taken_as_it_is(
+    write_spec: Callable[..., Path],
+    keys: tuple[Path, Path],
+    no_ssh: Any,
+    client: Any,
+    client_tokens: ClientTokens,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    path = write_spec()
+    bring(path, no_ssh)
+    lose_the_head(client)
+    monkeypatch.setattr(bring_up, "cluster_lock", no_lock)
+    bigger = write_spec(base_spec(keys[0], head={"instance_type": "m5.2xlarge", "root_volume_gb": 60}))
+    capsys.readouterr()
+
+    errors = run_together(
+        lambda: bring(path, no_ssh), lambda: bring(bigger, no_ssh), sync_on=monkeypatch, meet_at=("discover",)
+    )
+
+    assert errors == [None, None]
+    assert len(heads(client)) == 1
+    assert "head slot 0: another run launched" in capsys.readouterr().out
+
+
+def test_a_new_cluster_of_the_same_name_never_reuses_a_token(
+    write_spec: Callable[..., Path], no_ssh: Any, client: Any, client_tokens: ClientTokens, calls: Calls
+) -> None:
+    # AWS keeps a token for a day after its instance ended: a cluster brought up again must not meet them.
+    path = write_spec()
+    bring(path, no_ssh)
+    first = {p["ClientToken"] for p in calls.params("RunInstances")}
+    assert run_cli("cloud", "down", "sprint42") == 0
+    calls.clear()
+
+    bring(path, no_ssh)
+
+    again = [p["ClientToken"] for p in calls.params("RunInstances")]
+    assert len(again) == 3 and not first & set(again)
+    assert len(heads(client)) == 1
 
 
 def test_the_cluster_lock_waits_for_the_holder(tmp_path: Path) -> None:

@@ -12,7 +12,8 @@ instances tagged ``rayrig:cluster=NAME`` count: ``heads`` holds the one with
 from the spec, ``ray_role``, ``ray_num_gpus`` from the instance type,
 ``ray_node_ip`` (the private address; the hosts talk to each other inside the
 VPC), ``ssh_config_file`` with a ProxyJump when the spec names a bastion, and
-the spec's ``host_data``. The defaults in ``group_data/all.py`` apply as usual.
+the spec's ``host_data``, read from the spec file (the state keeps none of its
+secrets). The defaults in ``group_data/all.py`` apply as usual.
 """
 
 from pyinfra.api.exceptions import PyinfraError as _PyinfraError

@@ -18,9 +18,14 @@ skips the question). Whatever a run creates is tagged ``rayrig:cluster``,
 ``rayrig:role``, ``rayrig:owner``, ``rayrig:expires-at`` and
 ``rayrig:created=true``; a second run finds it by those tags and creates
 nothing. A run that fails half way removes what it created and says what failed.
+One ``up`` or ``down`` of a cluster runs at a time on this machine (a lock in
+the state folder); each instance fills a slot (``rayrig:slot``) and is launched
+with a ``ClientToken`` derived from the cluster, its key pair, the group and
+the slot, so a retried or concurrent launch gets the same instance back.
 
 ``down(NAME)`` deletes what carries ``rayrig:created=true`` and the cluster's
-tag, then lists whatever still carries the tag (1 if anything does).
+tag in the region ``up`` recorded, then lists whatever still carries the tag
+(1 if anything does); it forgets the record only when nothing is left there.
 ``list_clusters`` lists clusters; ``reap`` takes down the expired ones.
 ``inventories/ec2.py`` turns a cluster's instances into pyinfra hosts
 (``cluster_hosts``).

@@ -8,23 +8,28 @@ that a failed run removes exactly that.
 
 from __future__ import annotations
 
-import uuid
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from botocore.exceptions import ClientError
 
 from cloud.ec2.ami import Ami
 from cloud.ec2.aws import (
     LIVE_STATES,
     TAG_GROUP,
     TAG_ROLE,
+    TAG_SLOT,
     TAG_SSH_USER,
     Aws,
     CloudError,
     Progress,
     aws_step,
     created_filters,
+    error_code,
     instances_matching,
+    tags_of,
 )
 from cloud.ec2.plan import Existing, Plan, resource_name
 from cloud.ec2.rules import Rule, desired_rules, exposed_ray_ports, rules_of
@@ -73,6 +78,7 @@ class Build:
     subnet_id: str = ""
     internet_gateway_id: str = ""
     group_id: str = ""
+    key_pair_id: str = ""
     placement: str | None = None
 
     @property
@@ -234,12 +240,14 @@ def ensure_key_pair(build: Build) -> None:
                     f"key pair {build.name} holds another public key than {spec.ssh_public_key}; use the key it was "
                     f"created with, or 'rayrig cloud down {spec.name}' first"
                 )
+            build.key_pair_id = build.existing.key_pair.get("KeyPairId", "")
             return
         key_id = build.ec2.import_key_pair(
             KeyName=build.name,
             PublicKeyMaterial=spec.public_key_material(),
             TagSpecifications=tag_spec("key-pair", build.tags("key-pair")),
         )["KeyPairId"]
+        build.key_pair_id = key_id
         build.ledger.add("key_pairs", build.name, f"key pair ({key_id})")
 
 
@@ -258,15 +266,78 @@ def ensure_placement_group(build: Build) -> None:
         build.placement = build.name
 
 
+#: How many spent client tokens one slot may meet before rayrig gives up (each is an instance that ended).
+MAX_SLOT_GENERATIONS = 50
+
+
 def launch_instances(build: Build, plan: Plan) -> None:
-    """Launch the instances the plan lacks, group by group."""
+    """Launch the instances the plan lacks, group by group, one per free slot.
+
+    Each launch is idempotent on AWS's side: its ``ClientToken`` is derived
+    from the cluster, its key pair, the group and the slot, so a retried call,
+    or another ``up`` of the same cluster launching the same slot at the same
+    time, gets the same instance back instead of a second one.
+    """
     for group, count in plan.launches:
-        params = run_instances_params(build, group, count)
+        slots = free_slots(group, build.existing.instances.get(group.name, []), count)
         build.say(f"  launching {count} x {group.instance_type} ({group.market}) for {group.name}")
         with aws_step(f"launching {count} x {group.instance_type} for {group.name}", build.spec.region):
-            launched = settled(build.ec2.run_instances, **params)["Instances"]
-        for instance in launched:
-            build.ledger.add("instances", instance["InstanceId"], f"{group.name} instance")
+            for slot in slots:
+                instance, ours = launch_slot(build, group, slot)
+                if ours:
+                    build.ledger.add("instances", instance["InstanceId"], f"{group.name} instance")
+                else:
+                    build.say(f"  {group.name} slot {slot}: another run launched {instance['InstanceId']} meanwhile")
+
+
+def free_slots(group: GroupSpec, have: list[dict[str, Any]], count: int) -> list[int]:
+    """The ``count`` lowest slots of ``group`` (0 to count-1) that no live instance holds.
+
+    An instance without a slot tag (launched before slots existed) holds the lowest free slot.
+    """
+    taken = {int(tag) for tag in (tags_of(i).get(TAG_SLOT, "") for i in have) if tag.isdigit()}
+    untagged = sum(1 for i in have if not tags_of(i).get(TAG_SLOT, "").isdigit())
+    free = [slot for slot in range(group.count) if slot not in taken]
+    return free[untagged : untagged + count]
+
+
+def client_token(build: Build, group: GroupSpec, slot: int, generation: int) -> str:
+    """The ``RunInstances`` token of one slot: the same in every run against the same key pair.
+
+    AWS keeps a token for at least a day after its instance ended, so the token
+    also names the key pair (a cluster taken down and brought up again gets a
+    new one) and the slot's generation (the next one after an instance ended).
+    """
+    seed = f"{build.spec.name}/{build.key_pair_id}/{group.name}/{slot}/{generation}"
+    return f"rayrig-{hashlib.sha256(seed.encode()).hexdigest()[:40]}"
+
+
+def launch_slot(build: Build, group: GroupSpec, slot: int) -> tuple[dict[str, Any], bool]:
+    """Launch one instance of ``group`` into ``slot``: ``(instance, whether this run launched it)``.
+
+    An instance this slot's token already launched comes back instead of a new
+    one; a token whose instance has ended gives way to the next generation's.
+    A token used with other parameters (another run's tags, an older spec) is
+    the slot's instance when one still lives with it, else spent.
+    """
+    for generation in range(MAX_SLOT_GENERATIONS):
+        token = client_token(build, group, slot, generation)
+        try:
+            instance = settled(build.ec2.run_instances, **run_instances_params(build, group, slot, token))
+        except ClientError as exc:
+            if error_code(exc) != "IdempotentParameterMismatch":
+                raise
+            live = [*created_filters(build.spec.name), {"Name": "instance-state-name", "Values": LIVE_STATES}]
+            holders = [i for i in instances_matching(build.aws, live) if i.get("ClientToken") == token]
+            if holders:
+                return holders[0], False
+            continue
+        if instance["Instances"][0]["State"]["Name"] not in ("shutting-down", "terminated"):
+            return instance["Instances"][0], True
+    raise CloudError(
+        f"{group.name} slot {slot}: {MAX_SLOT_GENERATIONS} launch tokens are spent on instances that ended; "
+        f"run 'rayrig cloud down {build.spec.name}' and up again"
+    )
 
 
 def start_instances(build: Build, plan: Plan) -> None:
@@ -276,17 +347,18 @@ def start_instances(build: Build, plan: Plan) -> None:
             build.ec2.start_instances(InstanceIds=plan.starts)
 
 
-def run_instances_params(build: Build, group: GroupSpec, count: int) -> dict[str, Any]:
-    """The ``RunInstances`` parameters for ``count`` instances of ``group``: IMDSv2 only, encrypted gp3, tagged."""
-    role_tags = build.tags(group.role, **{TAG_GROUP: group.name, TAG_SSH_USER: build.ami.ssh_user})
+def run_instances_params(build: Build, group: GroupSpec, slot: int, token: str) -> dict[str, Any]:
+    """The ``RunInstances`` parameters for the instance of ``group`` in ``slot``: IMDSv2 only, encrypted gp3,
+    tagged, idempotent by ``token``."""
+    role_tags = build.tags(group.role, **{TAG_GROUP: group.name, TAG_SLOT: str(slot), TAG_SSH_USER: build.ami.ssh_user})
     role_tags["Name"] = f"{build.name}-{group.name}"
     params: dict[str, Any] = {
         "ImageId": build.ami.id,
         "InstanceType": group.instance_type,
-        "MinCount": count,
-        "MaxCount": count,
+        "MinCount": 1,
+        "MaxCount": 1,
         "KeyName": build.name,
-        "ClientToken": f"rayrig-{build.spec.name}-{group.name}-{uuid.uuid4().hex[:16]}",
+        "ClientToken": token,
         "NetworkInterfaces": [
             {
                 "DeviceIndex": 0,

@@ -46,6 +46,7 @@ TAG_CREATED = "rayrig:created"
 TAG_CREATED_AT = "rayrig:created-at"
 TAG_GROUP = "rayrig:group"
 TAG_SSH_USER = "rayrig:ssh-user"
+TAG_SLOT = "rayrig:slot"
 
 #: Instance states that still cost money or can come back.
 LIVE_STATES = ["pending", "running", "stopping", "stopped", "shutting-down"]

@@ -35,7 +35,7 @@ from cloud.ec2.aws import (
 from cloud.ec2.plan import discover, make_plan, plan_summary
 from cloud.ec2.rules import ray_ports
 from cloud.ec2.spec import ClusterSpec
-from cloud.ec2.state import save_state
+from cloud.ec2.state import cluster_lock, load_state, save_state, state_path
 from cloud.ec2.teardown import delete_resources
 from cloud.ec2.waits import WAIT_TIMEOUT_S, SshProbe, wait_for_ssh
 from cloud.ssh import ssh_answers
@@ -66,7 +66,9 @@ def up(
     """Bring the cluster of ``spec`` up (see ``cloud.ec2``); idempotent.
 
     The plan is said first; unless ``assume_yes``, ``confirm`` must accept it
-    before anything is created.
+    before anything is created. From discovery to the record, the run holds the
+    cluster's lock (``<state>/ec2/NAME.lock``): a second ``up`` of the same
+    cluster here waits, then finds what the first made.
 
     >>> up(load_spec("examples/sprint42.toml"), assume_yes=True, say=print)  # doctest: +SKIP
     """
@@ -74,48 +76,55 @@ def up(
     ports = ray_ports(spec.host_data)
     ami = resolve_ami(aws, spec)
     check_fit(spec, ami, instance_type_info(aws, {g.instance_type for g in spec.groups}))
-    existing = discover(aws, spec)
-    now = utc_now()
-    expires_at = existing.expires_at or now + spec.ttl
-    created_at = existing.created_at or now
-    plan = make_plan(spec, existing, ports)
-    for line in plan_summary(spec, ami, plan, expires_at):
-        say(line)
-
-    if plan.creates and not assume_yes:
-        if confirm is None:
-            raise CloudError("not confirmed: nobody to ask; pass --yes to create without asking")
-        if not confirm("Create these resources?"):
-            raise CloudError("not confirmed; nothing was created")
-    elif not plan.creates:
-        say("Nothing to create: every resource of the cluster exists.")
-
-    base_tags = {
-        TAG_CLUSTER: spec.name,
-        TAG_OWNER: spec.owner,
-        TAG_EXPIRES: iso(expires_at),
-        TAG_CREATED: "true",
-        TAG_CREATED_AT: iso(created_at),
-    }
-    ledger = Ledger(say)
-    try:
-        instances = apply(Build(aws, spec, ami, existing, ports, base_tags, ledger, say, timeout_s), plan)
-    except (CloudError, ClientError, BotoCoreError, KeyboardInterrupt) as exc:
-        if isinstance(exc, (ClientError, BotoCoreError)):
-            reason = explain_error(exc, "bringing the cluster up", spec.region)
-        elif isinstance(exc, KeyboardInterrupt):
-            reason = "interrupted"
-        else:
-            reason = str(exc)
-        left = roll_back(aws, ledger, reason, timeout_s, say)
-        if left:
+    with cluster_lock(spec.name, say):  # one up or down of the cluster at a time on this machine
+        recorded = load_state(spec.name).get("region")
+        if recorded not in (None, spec.region):
             raise CloudError(
-                f"{reason}; could not remove {len(left)} resource(s) this run created (listed above): "
-                f"run 'rayrig cloud down {spec.name}'"
-            ) from None
-        raise CloudError(f"{reason}; removed what this run created") from None
+                f"{state_path(spec.name)} records cluster {spec.name} in {recorded}, not {spec.region}: "
+                f"take it down there first ('rayrig cloud down {spec.name}'), or name this cluster otherwise"
+            )
+        existing = discover(aws, spec)
+        now = utc_now()
+        expires_at = existing.expires_at or now + spec.ttl
+        created_at = existing.created_at or now
+        plan = make_plan(spec, existing, ports)
+        for line in plan_summary(spec, ami, plan, expires_at):
+            say(line)
 
-    state_file = save_state(spec, ami.ssh_user)
+        if plan.creates and not assume_yes:
+            if confirm is None:
+                raise CloudError("not confirmed: nobody to ask; pass --yes to create without asking")
+            if not confirm("Create these resources?"):
+                raise CloudError("not confirmed; nothing was created")
+        elif not plan.creates:
+            say("Nothing to create: every resource of the cluster exists.")
+
+        base_tags = {
+            TAG_CLUSTER: spec.name,
+            TAG_OWNER: spec.owner,
+            TAG_EXPIRES: iso(expires_at),
+            TAG_CREATED: "true",
+            TAG_CREATED_AT: iso(created_at),
+        }
+        ledger = Ledger(say)
+        try:
+            instances = apply(Build(aws, spec, ami, existing, ports, base_tags, ledger, say, timeout_s), plan)
+        except (CloudError, ClientError, BotoCoreError, KeyboardInterrupt) as exc:
+            if isinstance(exc, (ClientError, BotoCoreError)):
+                reason = explain_error(exc, "bringing the cluster up", spec.region)
+            elif isinstance(exc, KeyboardInterrupt):
+                reason = "interrupted"
+            else:
+                reason = str(exc)
+            left = roll_back(aws, ledger, reason, timeout_s, say)
+            if left:
+                raise CloudError(
+                    f"{reason}; could not remove {len(left)} resource(s) this run created (listed above): "
+                    f"run 'rayrig cloud down {spec.name}'"
+                ) from None
+            raise CloudError(f"{reason}; removed what this run created") from None
+
+        state_file = save_state(spec, ami.ssh_user)
     addresses = [address(i, spec.network.public_ips and not spec.network.bastion) for i in instances]
     pending: list[str] = []
     if wait_ssh and spec.network.bastion:

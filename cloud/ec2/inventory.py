@@ -23,7 +23,7 @@ from cloud.ec2.aws import (
     tags_of,
 )
 from cloud.ec2.spec import ClusterSpec, load_spec
-from cloud.ec2.state import current_cluster, ec2_state_dir, load_state
+from cloud.ec2.state import current_cluster, load_state, private_state_dir, state_path, write_private
 
 HostList = list[tuple[str, dict[str, Any]]]
 
@@ -47,10 +47,7 @@ def write_ssh_config(name: str, bastion: str, addresses: Iterable[str], key: str
     if key:
         lines.append(f"  IdentityFile {key}")
     lines += [f"Host {' '.join(addresses)}", f"  ProxyJump {bastion}", ""]
-    path = ec2_state_dir() / f"{name}.ssh_config"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n".join(lines), encoding="utf-8")
-    return path
+    return write_private(private_state_dir() / f"{name}.ssh_config", "\n".join(lines))
 
 
 def cluster_hosts(name: str | None = None, region: str | None = None) -> tuple[HostList, HostList]:
@@ -62,7 +59,8 @@ def cluster_hosts(name: str | None = None, region: str | None = None) -> tuple[H
     the AMI's family), ``ssh_key`` (the spec's private key), ``ray_role``,
     ``ray_num_gpus`` (from the instance type), ``ray_node_ip`` (the private
     address), ``ssh_config_file`` (ProxyJump through the bastion, if any), and
-    the spec's ``host_data``.
+    the spec's ``host_data``. Without the spec file, the data comes from the
+    state, which keeps no secrets: a cluster whose spec had some needs its spec.
     """
     name = name or current_cluster()
     state = load_state(name)
@@ -88,6 +86,12 @@ def cluster_hosts(name: str | None = None, region: str | None = None) -> tuple[H
         shared, per_group = spec.host_data, {g.name: g.host_data for g in spec.groups}
         admins = list(spec.admin_cidrs)
     else:
+        if state.get("secret_keys"):
+            raise CloudError(
+                f"cluster {name}: the spec {state.get('spec') or '?'} recorded in {state_path(name)} is gone, and "
+                f"the state keeps no secrets ({', '.join(state['secret_keys'])} are only in the spec): "
+                f"put the spec back there"
+            )
         public = state.get("public_ips", True)
         bastion, bastion_key = state.get("bastion"), state.get("bastion_ssh_key")
         key = state.get("ssh_private_key")

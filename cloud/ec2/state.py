@@ -1,20 +1,36 @@
 """What this machine remembers about the EC2 clusters it brought up: ``<state>/ec2``.
 
-One ``NAME.json`` per cluster (spec path, region, keys, host data), ``current``
-naming the last cluster brought up, and ``NAME.ssh_config`` when the hosts are
-reached through a bastion.
+One ``NAME.json`` per cluster (spec path, region, keys, host data without its
+secrets), ``current`` naming the last cluster brought up, ``NAME.ssh_config``
+when the hosts are reached through a bastion, and ``NAME.lock``, which one
+``rayrig cloud up`` or ``down`` of the cluster holds at a time.
+
+The folder is 0700 and every file in it 0600, written whole (a temporary file
+in the same folder, private before it holds anything, renamed over the old
+one). The state keeps no secret: a ``host_data`` key whose name, or the name
+of anything inside it, looks secret (password, secret, token, credential,
+auth, key) stays in the spec only, and the state lists its name under
+``secret_keys``; the inventory reads such keys from the spec again.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
+import re
+import tempfile
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from cloud.ec2.aws import CloudError
+from cloud.ec2.aws import CloudError, Progress
 from cloud.ec2.spec import ClusterSpec
 from deploy.paths import state_dir
+
+#: Names under which a value is kept out of the state file (broader than the deploy's redaction, on purpose).
+SECRET_NAME = re.compile(r"pa?s+w|pwd|secret|token|credential|auth|key", re.IGNORECASE)
 
 
 def ec2_state_dir() -> Path:
@@ -22,11 +38,55 @@ def ec2_state_dir() -> Path:
     return state_dir() / "ec2"
 
 
-def save_state(spec: ClusterSpec, ssh_user: str) -> Path:
-    """Record the cluster (spec path, region, keys) and make it the current cluster."""
+def private_state_dir() -> Path:
+    """``ec2_state_dir()``, created if needed, readable by its owner only (0700)."""
     folder = ec2_state_dir()
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{spec.name}.json"
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chmod(folder, 0o700)  # an older rayrig made it 0755
+    return folder
+
+
+def write_private(path: Path, text: str) -> Path:
+    """Replace ``path`` with ``text``, readable by its owner only (0600), at once: never half written."""
+    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        os.fchmod(fd, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def holds_secret(name: str, value: Any) -> bool:
+    """Whether ``name`` or any name inside ``value`` (mappings, lists of them) looks secret."""
+    if SECRET_NAME.search(name):
+        return True
+    if isinstance(value, Mapping):
+        return any(holds_secret(str(k), v) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return any(holds_secret("", v) for v in value)
+    return False
+
+
+def without_secrets(data: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """``data`` without its secret-looking keys (see ``holds_secret``), and the names of those keys."""
+    kept = {k: v for k, v in data.items() if not holds_secret(k, v)}
+    return kept, sorted(k for k in data if k not in kept)
+
+
+def save_state(spec: ClusterSpec, ssh_user: str) -> Path:
+    """Record the cluster (spec path, region, keys, host data without secrets) and make it the current cluster."""
+    folder = private_state_dir()
+    host_data, secret_keys = without_secrets(spec.host_data)
+    group_host_data: dict[str, dict[str, Any]] = {}
+    for group in spec.groups:
+        group_host_data[group.name], omitted = without_secrets(group.host_data)
+        secret_keys += [f"{group.name}.{k}" for k in omitted]
     record = {
         "name": spec.name,
         "region": spec.region,
@@ -36,18 +96,24 @@ def save_state(spec: ClusterSpec, ssh_user: str) -> Path:
         "public_ips": spec.network.public_ips,
         "bastion": spec.network.bastion,
         "bastion_ssh_key": str(spec.network.bastion_ssh_key) if spec.network.bastion_ssh_key else None,
-        "host_data": spec.host_data,
-        "group_host_data": {g.name: g.host_data for g in spec.groups},
+        "host_data": host_data,
+        "group_host_data": group_host_data,
+        "secret_keys": secret_keys,
         "admin_cidrs": list(spec.admin_cidrs),
     }
-    path.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    (folder / "current").write_text(spec.name + "\n", encoding="utf-8")
+    path = write_private(folder / f"{spec.name}.json", json.dumps(record, indent=2, sort_keys=True) + "\n")
+    write_private(folder / "current", spec.name + "\n")
     return path
+
+
+def state_path(name: str) -> Path:
+    """Where the state of cluster ``name`` is kept."""
+    return ec2_state_dir() / f"{name}.json"
 
 
 def load_state(name: str) -> dict[str, Any]:
     """The recorded state of cluster ``name``, or {} when this machine has none."""
-    path = ec2_state_dir() / f"{name}.json"
+    path = state_path(name)
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -59,11 +125,31 @@ def load_state(name: str) -> dict[str, Any]:
 def forget_state(name: str) -> None:
     """Remove the record of cluster ``name`` (and ``current`` if it names it)."""
     folder = ec2_state_dir()
-    (folder / f"{name}.json").unlink(missing_ok=True)
+    state_path(name).unlink(missing_ok=True)
     (folder / f"{name}.ssh_config").unlink(missing_ok=True)
     current = folder / "current"
     if current.is_file() and current.read_text(encoding="utf-8").strip() == name:
         current.unlink()
+
+
+@contextlib.contextmanager
+def cluster_lock(name: str, say: Progress) -> Iterator[Path]:
+    """Hold ``<state>/ec2/NAME.lock`` for the block: one ``up`` or ``down`` of a cluster at a time here.
+
+    A second run waits for the first (and says so), then sees what the first made.
+    """
+    path = private_state_dir() / f"{name}.lock"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    with os.fdopen(fd, "r+", encoding="utf-8") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            say(f"waiting for another 'rayrig cloud up' or 'down' of cluster {name} (lock {path})")
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield path
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def current_cluster() -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import fcntl
+import os
 import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -36,7 +37,7 @@ from cloud.ec2.aws import (
     tags_of,
     utc_now,
 )
-from cloud.ec2.state import ec2_state_dir, forget_state, load_state
+from cloud.ec2.state import cluster_lock, forget_state, load_state, private_state_dir, state_path
 from cloud.ec2.waits import WAIT_TIMEOUT_S, delete_when_free, wait_instances
 
 
@@ -171,28 +172,50 @@ _NAME = re.compile(r"^[a-z][a-z0-9-]{0,30}[a-z0-9]$")
 
 def down(name: str, region: str | None = None, *, aws: Aws | None = None, say: Progress,
          timeout_s: float = WAIT_TIMEOUT_S) -> int:  # fmt: skip
-    """Delete what rayrig created for cluster ``name``; return 0 if nothing carries its tag afterwards, else 1."""
+    """Delete what rayrig created for cluster ``name``; return 0 if nothing carries its tag afterwards, else 1.
+
+    The region is ``aws``'s, else ``region``, else the one ``up`` recorded here,
+    else boto3's. A region other than the recorded one where nothing of the
+    cluster is found is refused (``CloudError``): the cluster runs elsewhere.
+    The record is forgotten only once nothing is left in the region it names.
+    """
     if not _NAME.match(name):
         raise CloudError(f"cluster name {name!r}: expected 2-32 lower-case letters, digits and '-'")
-    if aws is None:
-        aws = connect(region or load_state(name).get("region"))
-    res = find_created(aws, name)
-    if res:
-        say(f"Taking down cluster {name} in {aws.region}: {len(res.items())} resource(s)")
-        failures = delete_resources(aws, res, say=say, timeout_s=timeout_s)
-        for failure in failures:
-            say(f"  could not delete: {failure}")
-    else:
-        say(f"rayrig created nothing for cluster {name} in {aws.region} (or it is gone already)")
-    left = tagged_leftovers(aws, name)
-    if left:
-        say(f"Still tagged {TAG_CLUSTER}={name} in {aws.region} ({len(left)}):")
-        for line in left:
-            say(f"  {line}")
-        return 1
-    say(f"Nothing is left with the tag {TAG_CLUSTER}={name} in {aws.region}.")
-    forget_state(name)
-    return 0
+    with cluster_lock(name, say):
+        recorded = load_state(name).get("region")
+        if aws is None:
+            aws = connect(region or recorded)
+        elsewhere = recorded is not None and recorded != aws.region
+        res = find_created(aws, name)
+        if elsewhere and not res and not tagged_leftovers(aws, name):
+            raise CloudError(
+                f"nothing of cluster {name} is in {aws.region}, and {state_path(name)} records it in {recorded}: "
+                f"run 'rayrig cloud down {name}' without --region (or with --region {recorded})"
+            )
+        if res:
+            say(f"Taking down cluster {name} in {aws.region}: {len(res.items())} resource(s)")
+            failures = delete_resources(aws, res, say=say, timeout_s=timeout_s)
+            for failure in failures:
+                say(f"  could not delete: {failure}")
+        elif recorded is None:
+            say(
+                f"rayrig created nothing for cluster {name} in {aws.region} (or it is gone already); "
+                f"this machine has no record of it, so only {aws.region} was searched"
+            )
+        else:
+            say(f"rayrig created nothing for cluster {name} in {aws.region} (or it is gone already)")
+        left = tagged_leftovers(aws, name)
+        if left:
+            say(f"Still tagged {TAG_CLUSTER}={name} in {aws.region} ({len(left)}):")
+            for line in left:
+                say(f"  {line}")
+            return 1
+        say(f"Nothing is left with the tag {TAG_CLUSTER}={name} in {aws.region}.")
+        if elsewhere:
+            say(f"Kept {state_path(name)}: it records cluster {name} in {recorded}, which was not searched.")
+        else:
+            forget_state(name)
+        return 0
 
 
 @dataclass
@@ -265,9 +288,9 @@ def list_clusters(aws: Aws) -> list[ClusterInfo]:
 @contextlib.contextmanager
 def reap_lock() -> Iterator[None]:
     """Hold the reap lock (``<state>/ec2/reap.lock``) for the block; ``CloudError`` if another reap holds it."""
-    folder = ec2_state_dir()
-    folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / "reap.lock", "w", encoding="utf-8") as handle:
+    folder = private_state_dir()
+    fd = os.open(folder / "reap.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    with os.fdopen(fd, "r+", encoding="utf-8") as handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

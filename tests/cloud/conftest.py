@@ -124,7 +124,7 @@ class PlacementGroups:
     """EC2 placement groups in memory (moto 5 lacks them), answered at botocore's before-call hook."""
 
     def __init__(self) -> None:
-        self.groups: dict[str, dict[str, Any]] = {}
+        self.groups: dict[tuple[str, str], dict[str, Any]] = {}  # by (region, name)
         self._ids = itertools.count(1)
 
     def _ok(self, parsed: dict[str, Any]) -> tuple[AWSResponse, dict[str, Any]]:
@@ -139,10 +139,10 @@ class PlacementGroups:
     def remember(self, params: dict[str, Any], context: dict[str, Any], **_: Any) -> None:
         context["test_params"] = dict(params)
 
-    def create(self, context: dict[str, Any], **_: Any) -> tuple[AWSResponse, dict[str, Any]]:
+    def create(self, context: dict[str, Any], region: str, **_: Any) -> tuple[AWSResponse, dict[str, Any]]:
         params = context["test_params"]
         name = params["GroupName"]
-        if name in self.groups:
+        if (region, name) in self.groups:
             return self._error("InvalidPlacementGroup.Duplicate", f"The placement group '{name}' already exists.")
         tags = [t for spec in params.get("TagSpecifications", []) for t in spec.get("Tags", [])]
         group = {
@@ -152,14 +152,15 @@ class PlacementGroups:
             "State": "available",
             "Tags": tags,
         }
-        self.groups[name] = group
+        self.groups[region, name] = group
         return self._ok({"PlacementGroup": group})
 
-    def describe(self, context: dict[str, Any], **_: Any) -> tuple[AWSResponse, dict[str, Any]]:
+    def describe(self, context: dict[str, Any], region: str, **_: Any) -> tuple[AWSResponse, dict[str, Any]]:
         params = context["test_params"]
-        groups = list(self.groups.values())
+        here = {name: g for (where, name), g in self.groups.items() if where == region}
+        groups = list(here.values())
         for name in params.get("GroupNames", []):
-            if name not in self.groups:
+            if name not in here:
                 return self._error("InvalidPlacementGroup.Unknown", f"The Placement Group '{name}' is unknown.")
         if params.get("GroupNames"):
             groups = [g for g in groups if g["GroupName"] in params["GroupNames"]]
@@ -176,20 +177,21 @@ class PlacementGroups:
                 raise AssertionError(f"the placement group emulation does not know filter {name}")
         return self._ok({"PlacementGroups": [dict(g) for g in groups]})
 
-    def delete(self, context: dict[str, Any], **_: Any) -> tuple[AWSResponse, dict[str, Any]]:
+    def delete(self, context: dict[str, Any], region: str, **_: Any) -> tuple[AWSResponse, dict[str, Any]]:
         name = context["test_params"]["GroupName"]
-        if self.groups.pop(name, None) is None:
+        if self.groups.pop((region, name), None) is None:
             return self._error("InvalidPlacementGroup.Unknown", f"The Placement Group '{name}' is unknown.")
         return self._ok({})
 
-    def register(self, events: Any) -> None:
+    def register(self, events: Any, region: str) -> None:
+        """Answer the placement group calls of a session in ``region`` (groups are per region, as on AWS)."""
         for op, answer in (
             ("CreatePlacementGroup", self.create),
             ("DescribePlacementGroups", self.describe),
             ("DeletePlacementGroup", self.delete),
         ):
             events.register(f"before-parameter-build.ec2.{op}", self.remember)
-            events.register(f"before-call.ec2.{op}", answer)
+            events.register(f"before-call.ec2.{op}", functools.partial(answer, region=region))
 
 
 class Calls:
@@ -300,7 +302,7 @@ def aws(
         session = real_session(region)
         # Parse the EC2 API model once per test run, not once per session (only speed changes).
         session._session.register_component("data_loader", _shared_loader())
-        placement_groups.register(session.events)
+        placement_groups.register(session.events, session.region_name)
         session.events.register("provide-client-params", calls.record)
         session.events.register("before-send", inject.before_send)
         return session

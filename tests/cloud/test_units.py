@@ -14,6 +14,7 @@ from cloud.ec2 import prices, waits
 from cloud.ec2.ami import gpus_of
 from cloud.ec2.aws import explain_error
 from cloud.ec2.rules import Rule, exposed_ray_ports, ray_ports, rules_of
+from cloud.ec2.state import without_secrets
 from cloud.ssh import ssh_answers
 from deploy.settings import defaults
 
@@ -192,3 +193,27 @@ def test_gpus_of_falls_back_to_the_described_type() -> None:
     assert gpus_of("p5e.48xlarge", {"GpuInfo": {"Gpus": [{"Count": 8}]}}) == 8
     assert gpus_of("r7i.large", {}) == 0
     assert gpus_of("unknown.type") is None
+
+
+# --------------------------------------------------------------------------- what the state keeps
+
+
+def test_the_state_keeps_no_secret_looking_key() -> None:
+    data = {
+        "ray_image": "registry.example.com/ray:2.60.0-gpu",
+        "ray_resources": {"a10g": 4},
+        "storage_s3_mounts": [{"bucket": "data", "path": "/mnt/data"}],
+        "docker_registry_auth": {"registry": "r.example.com", "username": "ci", "password": "x"},
+        "storage_s3_credentials": {"access_key_id": "AKIA", "secret_access_key": "x"},
+        "ray_env": {"HF_TOKEN": "x", "OMP_NUM_THREADS": "4"},
+        "docker_log_opts": {"max-size": "10m"},
+        "nested": [{"inner": {"db_password": "x"}}],
+    }
+    kept, omitted = without_secrets(data)
+    assert kept == {
+        "ray_image": "registry.example.com/ray:2.60.0-gpu",
+        "ray_resources": {"a10g": 4},
+        "storage_s3_mounts": [{"bucket": "data", "path": "/mnt/data"}],
+        "docker_log_opts": {"max-size": "10m"},
+    }
+    assert omitted == ["docker_registry_auth", "nested", "ray_env", "storage_s3_credentials"]

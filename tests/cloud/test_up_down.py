@@ -172,7 +172,12 @@ def test_up_creates_exactly_the_resources_tagged(
         assert volume["Size"] == (50 if role == "head" else 200)
         assert instance["BlockDeviceMappings"][0]["Ebs"]["DeleteOnTermination"]
     launches = calls.params("RunInstances")
-    assert [p.get("Placement") for p in launches] == [None, {"GroupName": "rayrig-sprint42"}]
+    assert [p.get("Placement") for p in launches] == [None] + [{"GroupName": "rayrig-sprint42"}] * 2
+    # One instance per launch, each in its own slot, with a token every run derives alike.
+    assert [(p["MinCount"], p["MaxCount"]) for p in launches] == [(1, 1)] * 3
+    slots = sorted((tags(i)["rayrig:group"], tags(i)["rayrig:slot"]) for i in instances)
+    assert slots == [("gpu", "0"), ("gpu", "1"), ("head", "0")]
+    assert len({p["ClientToken"] for p in launches}) == 3
     assert all(p["BlockDeviceMappings"][0]["Ebs"]["Encrypted"] for p in launches)
 
     # It waited for SSH on every public address, and recorded the cluster as the current one.
@@ -289,6 +294,8 @@ def test_up_replaces_a_lost_worker_only(
     assert calls.mutating() == ["RunInstances"]
     assert calls.params("RunInstances")[0]["MinCount"] == 1
     assert len(tagged(client, "sprint42")["instance"]) == 3
+    workers = [i for i in tagged(client, "sprint42")["instance"] if tags(i)["rayrig:role"] == "worker"]
+    assert sorted(tags(i)["rayrig:slot"] for i in workers) == ["0", "1"]  # the new one took the lost one's slot
 
 
 def test_the_ami_can_come_from_an_ssm_parameter(

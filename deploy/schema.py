@@ -315,7 +315,7 @@ FORMATS.checks(_ADDRESS_FORMAT)(lambda value: not isinstance(value, str) or sett
 _VALIDATOR = StrictValidator(SCHEMA, format_checker=FORMATS)
 
 
-_SECRET_NAME = re.compile(r"pa?s+w|pwd|secret|token|credential", re.IGNORECASE)
+_SECRET_NAME = re.compile(r"pa?s+w|pwd|secret|token|credential|access_key|aws_|private_key", re.IGNORECASE)
 _AUTH_PUBLIC = ("registry", "username")
 
 
@@ -323,7 +323,7 @@ _AUTH_PUBLIC = ("registry", "username")
 _NOT_SECRET = ("ray_auth", "ray_auth_token_file")
 
 
-def _redact(key: str, value: Any) -> Any:
+def redact(key: str, value: Any) -> Any:
     """``value`` with secrets replaced by "***": whatever sits under a secret-looking
     name, anything but a mapping under an ``*auth*`` name, and in an ``*auth*``
     mapping everything but registry and username."""
@@ -333,7 +333,7 @@ def _redact(key: str, value: Any) -> Any:
     if _SECRET_NAME.search(key) or (is_auth and value is not None and not isinstance(value, Mapping)):
         return "***"
     if isinstance(value, Mapping):
-        return {k: "***" if is_auth and k not in _AUTH_PUBLIC else _redact(str(k), v) for k, v in value.items()}
+        return {k: "***" if is_auth and k not in _AUTH_PUBLIC else redact(str(k), v) for k, v in value.items()}
     return value
 
 
@@ -347,7 +347,7 @@ class Problem:
     expected: str
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "value", _redact(self.key, self.value))
+        object.__setattr__(self, "value", redact(self.key, self.value))
 
     def __str__(self) -> str:
         return f"host {self.host}: {self.key} = {self.value!r}: expected {self.expected}"

@@ -39,6 +39,8 @@ _BUCKET = r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]\Z"
 #: An http(s) URL of a host (name, IPv4 or [IPv6]), an optional port and a plain path: nothing
 #: a shell or a repository line would read as syntax (no quotes, spaces, ?, &, ;, $, `).
 _URL = r"^https?://([A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(:[0-9]{1,5})?(/[A-Za-z0-9._~%+@=:,-]*)*\Z"
+#: An S3 key prefix: names separated by '/', none of them "." or "..".
+_PREFIX = r"^(?!\.\.?(/|\Z))[A-Za-z0-9_.-]+(/(?!\.\.?(/|\Z))[A-Za-z0-9_.-]+)*/?\Z"
 #: Mount and export options: option[=value], comma-separated.
 _OPTIONS = r"^[A-Za-z0-9_=,.:-]+\Z"
 #: An inventory host's name (pyinfra's @connector/names included) or an address: never an option.
@@ -51,6 +53,15 @@ _PACKAGE = r"^[A-Za-z0-9][A-Za-z0-9+._:=~*-]*\Z"
 _IMAGE = r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]*\Z"
 #: A path on the operator's machine: one line, no control characters.
 _LOCAL_PATH = r"^[^\x00-\x1f\x7f]+\Z"
+#: Free text (an environment value, a password): anything but NUL, which no process argument,
+#: environment variable or file name can hold.
+_TEXT = r"^[^\x00]*\Z"
+#: A secret or a user name: one line (they are written to files as one line).
+_LINE = r"^[^\x00\r\n]+\Z"
+#: A key id or a user name: one line, and no ':' (it separates the two in the files written).
+_KEY_ID = r"^[^\x00\r\n:]+\Z"
+#: A registry as Docker's config.json names it: host[:port][/path], or an https:// URL.
+_REGISTRY = r"^[A-Za-z0-9\[][A-Za-z0-9._:/\[\]-]*\Z"
 #: Ray's largest resource quantity (ray_constants.MAX_RESOURCE_QUANTITY).
 MAX_RESOURCE_QUANTITY = 100 * 10**12
 #: Resource names Ray sets itself; ``ray start`` refuses them in --resources.
@@ -67,11 +78,11 @@ _TCP_PORTS = {
 }
 
 
-def _null_or_strings(keys: tuple[str, ...], expected: str) -> dict[str, Any]:
-    """null, or a mapping of exactly ``keys`` to non-empty strings (credentials)."""
+def _null_or_strings(keys: dict[str, str], expected: str) -> dict[str, Any]:
+    """null, or a mapping of exactly ``keys`` to strings matching their patterns (credentials)."""
     strings = {
         "type": "object",
-        "properties": {key: {"type": "string", "minLength": 1} for key in keys},
+        "properties": {key: {"type": "string", "pattern": pattern} for key, pattern in keys.items()},
         "required": list(keys),
         "additionalProperties": False,
     }
@@ -149,7 +160,7 @@ PROPERTIES: dict[str, dict[str, Any]] = {
     },
     "ray_env": {
         "type": "object",
-        "additionalProperties": {"type": "string"},
+        "additionalProperties": {"type": "string", "pattern": _TEXT},
         "propertyNames": {"pattern": r"^[A-Za-z_][A-Za-z0-9_]*\Z"},
         "x-expected": "a mapping of environment variable names to strings",
     },
@@ -212,7 +223,7 @@ PROPERTIES: dict[str, dict[str, Any]] = {
             "properties": {
                 "bucket": {"type": "string", "pattern": _BUCKET},
                 "path": {"type": "string", "pattern": _MOUNT_POINT},
-                "prefix": {"type": "string", "pattern": r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*/?\Z"},
+                "prefix": {"type": "string", "pattern": _PREFIX},
                 "read_only": {"type": "boolean"},
                 "endpoint_url": {"type": ["string", "null"], "pattern": _URL},
                 "path_style": {"type": "boolean"},
@@ -228,7 +239,8 @@ PROPERTIES: dict[str, dict[str, Any]] = {
         ),
     },
     "storage_s3_credentials": _null_or_strings(
-        ("access_key_id", "secret_access_key"), "null (the EC2 instance profile) or {access_key_id, secret_access_key}"
+        {"access_key_id": _KEY_ID, "secret_access_key": _LINE},
+        "null (the EC2 instance profile) or {access_key_id, secret_access_key}, each one line (the id without ':')",
     ),
     "docker_source": {"enum": ["distro", "docker"], "x-expected": '"distro" or "docker"'},
     "docker_repo_url": {
@@ -248,12 +260,13 @@ PROPERTIES: dict[str, dict[str, Any]] = {
     },
     "docker_log_opts": {
         "type": "object",
-        "additionalProperties": {"type": "string"},
+        "additionalProperties": {"type": "string", "pattern": _TEXT},
         "x-expected": "a mapping of json-file log options to strings",
     },
     "docker_daemon_options": {"type": "object", "x-expected": "a mapping of daemon.json keys"},
     "docker_registry_auth": _null_or_strings(
-        ("registry", "username", "password"), "null or {registry, username, password}"
+        {"registry": _REGISTRY, "username": _KEY_ID, "password": _LINE},
+        "null or {registry (host[:port]), username (without ':'), password}, each one line",
     ),
     "nvidia_driver": {"enum": ["preinstalled", "install"], "x-expected": '"preinstalled" or "install"'},
     "nvidia_driver_branch": {

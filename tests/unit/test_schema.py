@@ -244,7 +244,7 @@ def test_bad_image_pull_policy():
 def test_bad_registry_auth_shape(auth):
     p = only(validate_cluster([head(docker_registry_auth=auth)]))
     assert p.key == "docker_registry_auth"
-    assert p.expected == "null or {registry, username, password}"
+    assert p.expected == "null or {registry (host[:port]), username (without ':'), password}, each one line"
     assert "pw-SECRET" not in str(p)
 
 

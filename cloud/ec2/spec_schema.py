@@ -10,6 +10,9 @@ from typing import Any
 #: A duration such as ``12h``, ``7d`` or ``1d12h``.
 TTL_PATTERN = r"^(?=[0-9])([0-9]+d)?([0-9]+h)?([0-9]+m)?\Z"
 
+#: A path on this machine: one line, no control characters.
+_PATH = r"^[^\x00-\x1f\x7f]+\Z"
+
 _HOST_DATA = {
     "type": "object",
     "propertyNames": {"pattern": r"^[a-z][a-z0-9_]*\Z"},
@@ -90,8 +93,8 @@ SCHEMA: dict[str, Any] = {
             "x-expected": 'a non-empty list of the CIDRs that may SSH in, such as ["198.51.100.0/24"]',
         },
         "allow_ssh_from_anywhere": {"type": "boolean", "x-expected": "true or false"},
-        "ssh_public_key": {"type": "string", "minLength": 1, "x-expected": "the path of an SSH public key (.pub)"},
-        "ssh_private_key": {"type": "string", "minLength": 1, "x-expected": "the path of the matching private key"},
+        "ssh_public_key": {"type": "string", "pattern": _PATH, "x-expected": "the path of an SSH public key (.pub)"},
+        "ssh_private_key": {"type": "string", "pattern": _PATH, "x-expected": "the path of the matching private key"},
         "placement_group": {"type": "boolean", "x-expected": "true or false"},
         "ami": {
             "type": "object",
@@ -137,7 +140,7 @@ SCHEMA: dict[str, Any] = {
                     "pattern": r"^([a-z_][a-z0-9_-]*@)?[A-Za-z0-9.-]+(:[0-9]{1,5})?\Z",
                     "x-expected": 'a bastion host for ProxyJump, such as "ec2-user@bastion.example.com"',
                 },
-                "bastion_ssh_key": {"type": "string", "minLength": 1, "x-expected": "the path of a private key"},
+                "bastion_ssh_key": {"type": "string", "pattern": _PATH, "x-expected": "the path of a private key"},
                 "internet_egress": {"type": "boolean", "x-expected": "true or false"},
             },
             "additionalProperties": False,

@@ -12,7 +12,7 @@ A spec, with every optional key shown (see ``examples/sprint42.toml``)::
     owner = "aiko@example.com"          # tag rayrig:owner
     ttl = "7d"                          # expiry = first up + ttl (tag rayrig:expires-at)
     admin_cidrs = ["198.51.100.0/24"]   # who may SSH in; nobody else reaches anything
-    allow_ssh_from_anywhere = false     # must be true to list 0.0.0.0/0 or ::/0
+    allow_ssh_from_anywhere = false     # must be true to list a network wider than /8 (IPv6: /16)
     ssh_public_key = "~/.ssh/id_ed25519.pub"
     ssh_private_key = "~/.ssh/id_ed25519"   # default: the public key's path without .pub
     placement_group = true              # a cluster placement group for the workers

@@ -227,7 +227,7 @@ PROPERTIES: dict[str, dict[str, Any]] = {
                 "read_only": {"type": "boolean"},
                 "endpoint_url": {"type": ["string", "null"], "pattern": _URL},
                 "path_style": {"type": "boolean"},
-                "region": {"type": ["string", "null"], "pattern": r"^[a-z0-9-]+\Z"},
+                "region": {"type": ["string", "null"], "pattern": r"^[a-z0-9][a-z0-9-]*\Z"},  # never an option
                 "driver": {"enum": ["s3fs", "mountpoint-s3"]},
             },
             "required": ["bucket", "path"],

@@ -137,6 +137,10 @@ def test_the_address_a_host_is_dialled_at_must_be_an_address():
         ("storage_nfs_exports", [{"path": "/srv/../etc"}]),
         ("storage_nfs_exports", [{"path": "/srv/$(id)"}]),
         ("checks_report_dir", "reports\nx"),
+        ("storage_s3_mounts", [{"bucket": "datasets", "path": "/mnt/datasets", "region": "-x"}]),
+        ("storage_s3_mounts", [{"bucket": "datasets", "path": "/mnt/datasets", "prefix": "a/../b"}]),
+        ("storage_s3_credentials", {"access_key_id": "AKIA:X", "secret_access_key": "s"}),
+        ("docker_registry_auth", {"registry": "r.example", "username": "me", "password": "pw\nx"}),
     ],
 )
 def test_values_a_shell_or_a_tool_would_read_as_syntax_are_refused(key, value):
@@ -280,3 +284,21 @@ class FakeInventory(list):
 def test_worker_data_is_checked_too():
     p = only(validate_cluster([head(), worker(1, ray_num_cpus=2.5)]))
     assert (p.host, p.key) == ("worker-1", "ray_num_cpus")
+
+
+@pytest.mark.parametrize(
+    "key",
+    ["ssh_password", "aws_access_key_id", "aws_secret_access_key", "api_token", "client_secret", "db_passwd"],
+)
+def test_values_of_secret_looking_keys_are_masked(key):
+    assert schema.redact(key, "hunter2") == "***"
+    assert "hunter2" not in str(Problem("h", key, "hunter2", "something else"))
+
+
+def test_values_of_plain_keys_are_shown():
+    assert schema.redact("ray_image", "rayproject/ray:2.60.0") == "rayproject/ray:2.60.0"
+    assert schema.redact("docker_registry_auth", {"registry": "r", "username": "u", "password": "p"}) == {
+        "registry": "r",
+        "username": "u",
+        "password": "***",
+    }

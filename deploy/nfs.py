@@ -103,13 +103,13 @@ def nfs_unit_text(source: str, path: str, options: str) -> str:
 
 def probe_command(address: str, what: str, host_name: str) -> str:
     """A command that fails with a clear message unless ``address`` answers on TCP 2049 in time."""
-    probe = shlex.quote(f"</dev/tcp/{address}/{NFS_PORT}")
+    probe = shlex.join(["bash", "-c", '</dev/tcp/"$1"/"$2"', "_", address, str(NFS_PORT)])
     message = (
         f"{host_name}: the NFS server {address} did not answer on TCP {NFS_PORT} within {PROBE_TIMEOUT_S} s, "
         f"so {what} was not mounted (storage_nfs_mounts). Is the server up, serving NFS, "
         f"and is port {NFS_PORT} open to this host?"
     )
-    return f"timeout {PROBE_TIMEOUT_S} bash -c {probe} 2>/dev/null || {{ echo {shlex.quote(message)} >&2; exit 1; }}"
+    return f"timeout {PROBE_TIMEOUT_S} {probe} 2>/dev/null || {{ echo {shlex.quote(message)} >&2; exit 1; }}"
 
 
 def serves_nfs(settings: Mapping[str, Any], host_name: str) -> bool:

@@ -200,10 +200,17 @@ def is_current(container: dict[str, Any] | None, run_args: list[str]) -> bool:
     return alive and container["labels"].get(HASH_LABEL) == config_hash(run_args)
 
 
+#: Waits until $1:$2 accepts TCP connections; the address reaches bash as an argument, never as code.
+WAIT_FOR_PORT = 'until (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; do sleep 1; done'
+
+
 def wait_for_port_command(address: str, port: int, seconds: int) -> str:
-    """A shell command that waits until ``address:port`` accepts TCP connections."""
-    probe = f"until (exec 3<>/dev/tcp/{address}/{port}) 2>/dev/null; do sleep 1; done"
-    return f"timeout {int(seconds)} bash -c {shlex.quote(probe)}"
+    """A shell command that waits until ``address:port`` accepts TCP connections.
+
+    >>> print(wait_for_port_command("10.0.0.1", 6379, 120))
+    timeout 120 bash -c 'until (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; do sleep 1; done' _ 10.0.0.1 6379
+    """
+    return shlex.join(["timeout", str(int(seconds)), "bash", "-c", WAIT_FOR_PORT, "_", address, str(int(port))])
 
 
 def head_host() -> Any:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import difflib
 import ipaddress
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,32 +26,63 @@ _COUNT = {
     "x-expected": 'a non-negative integer or "auto"',
 }
 _PORT = {"type": "integer", "minimum": 1, "maximum": 65535, "x-expected": "a port number 1-65535"}
-_STRINGS = {"type": "array", "items": {"type": "string", "minLength": 1}, "x-expected": "a list of strings"}
+#: Ports Ray itself refuses below 1024 (ray/_private/parameter.py).
+_HIGH_PORT = {"type": "integer", "minimum": 1024, "maximum": 65535, "x-expected": "a port number 1024-65535"}
 _FRACTION = {"type": "number", "exclusiveMinimum": 0, "maximum": 1, "x-expected": "a fraction in (0, 1]"}
-_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
-_SIZE = r"^[0-9]+[bkmgBKMG]?$"
+_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*\Z"
+_SIZE = r"^0*[1-9][0-9]*[bkmgBKMG]?\Z"  # docker's --shm-size, never 0
 
-_MOUNT_POINT = r"^(/[A-Za-z0-9_][A-Za-z0-9_.-]*)+$"
-_ABS_PATH = r"^(/[^/\s]+)+$"
-_BUCKET = r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$"
-_URL = r"^https?://[^\s]+$"
+_MOUNT_POINT = r"^(/[A-Za-z0-9_][A-Za-z0-9_.-]*)+\Z"
+#: An absolute path of plain names: no "." or ".." step, nothing a shell or an exports file reads as syntax.
+_ABS_PATH = r"^(/(?!\.\.?(/|\Z))[A-Za-z0-9_.@+=,-]+)+\Z"
+_BUCKET = r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]\Z"
+#: An http(s) URL of a host (name, IPv4 or [IPv6]), an optional port and a plain path: nothing
+#: a shell or a repository line would read as syntax (no quotes, spaces, ?, &, ;, $, `).
+_URL = r"^https?://([A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(:[0-9]{1,5})?(/[A-Za-z0-9._~%+@=:,-]*)*\Z"
+#: An S3 key prefix: names separated by '/', none of them "." or "..".
+_PREFIX = r"^(?!\.\.?(/|\Z))[A-Za-z0-9_.-]+(/(?!\.\.?(/|\Z))[A-Za-z0-9_.-]+)*/?\Z"
+#: Mount and export options: option[=value], comma-separated.
+_OPTIONS = r"^[A-Za-z0-9_=,.:-]+\Z"
+#: An inventory host's name (pyinfra's @connector/names included) or an address: never an option.
+_HOST_NAME = r"^[A-Za-z0-9@\[][A-Za-z0-9_.:/@%\[\]-]*\Z"
+#: What an address key accepts: an IP address (a zone on IPv6 only) or an RFC 1123 host name.
+_ADDRESS_FORMAT = "rayrig-address"
+#: Debian/RPM package names (with an optional =version): never an option.
+_PACKAGE = r"^[A-Za-z0-9][A-Za-z0-9+._:=~*-]*\Z"
+#: A container image reference (registry/name:tag or @sha256:digest): never an option.
+_IMAGE = r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]*\Z"
+#: A path on the operator's machine: one line, no control characters.
+_LOCAL_PATH = r"^[^\x00-\x1f\x7f]+\Z"
+#: Free text (an environment value, a password): anything but NUL, which no process argument,
+#: environment variable or file name can hold.
+_TEXT = r"^[^\x00]*\Z"
+#: A secret or a user name: one line (they are written to files as one line).
+_LINE = r"^[^\x00\r\n]+\Z"
+#: A key id or a user name: one line, and no ':' (it separates the two in the files written).
+_KEY_ID = r"^[^\x00\r\n:]+\Z"
+#: A registry as Docker's config.json names it: host[:port][/path], or an https:// URL.
+_REGISTRY = r"^[A-Za-z0-9\[][A-Za-z0-9._:/\[\]-]*\Z"
+#: Ray's largest resource quantity (ray_constants.MAX_RESOURCE_QUANTITY).
+MAX_RESOURCE_QUANTITY = 100 * 10**12
+#: Resource names Ray sets itself; ``ray start`` refuses them in --resources.
+RESERVED_RESOURCES = ("CPU", "GPU", "memory", "object_store_memory")
 _TCP_PORTS = {
     "type": "array",
     "items": {
         "oneOf": [
             {"type": "integer", "minimum": 1, "maximum": 65535},
-            {"type": "string", "pattern": r"^[0-9]{1,5}-[0-9]{1,5}$"},
+            {"type": "string", "pattern": r"^[0-9]{1,5}-[0-9]{1,5}\Z"},
         ]
     },
     "x-expected": 'a list of ports 1-65535 or "first-last" ranges',
 }
 
 
-def _null_or_strings(keys: tuple[str, ...], expected: str) -> dict[str, Any]:
-    """null, or a mapping of exactly ``keys`` to non-empty strings (credentials)."""
+def _null_or_strings(keys: dict[str, str], expected: str) -> dict[str, Any]:
+    """null, or a mapping of exactly ``keys`` to strings matching their patterns (credentials)."""
     strings = {
         "type": "object",
-        "properties": {key: {"type": "string", "minLength": 1} for key in keys},
+        "properties": {key: {"type": "string", "pattern": pattern} for key, pattern in keys.items()},
         "required": list(keys),
         "additionalProperties": False,
     }
@@ -62,6 +93,9 @@ PORT_NAMES = (
     "gcs", "client_server", "dashboard", "dashboard_agent_grpc", "dashboard_agent_http",
     "node_manager", "object_manager", "runtime_env_agent", "metrics_export", "worker_min", "worker_max",
 )  # fmt: skip
+
+#: Ports ``ray start`` refuses below 1024 (ray/_private/parameter.py).
+HIGH_PORT_NAMES = ("client_server", "runtime_env_agent", "worker_min", "worker_max")
 
 #: Keys whose value must be the same on every host of a cluster.
 CLUSTER_WIDE = (
@@ -75,9 +109,9 @@ PROPERTIES: dict[str, dict[str, Any]] = {
     "ray_num_cpus": _COUNT,
     "ray_resources": {
         "type": "object",
-        "additionalProperties": {"type": "number", "minimum": 0},
+        "additionalProperties": {"type": "integer", "minimum": 0, "maximum": MAX_RESOURCE_QUANTITY},
         "propertyNames": {"pattern": _NAME},
-        "x-expected": "a mapping of resource name to a non-negative number",
+        "x-expected": "a mapping of resource name to a whole number of at least 0 (Ray refuses fractions)",
     },
     "ray_object_store_bytes": {
         "oneOf": [{"type": "null"}, {"type": "integer", "minimum": 78643200}],
@@ -85,25 +119,24 @@ PROPERTIES: dict[str, dict[str, Any]] = {
     },
     "ray_node_ip": {
         "type": ["string", "null"],
-        "minLength": 1,
-        "x-expected": "null or an address the other nodes can reach",
+        "format": _ADDRESS_FORMAT,
+        "x-expected": "null or an address the other nodes can reach: an IP address or a host name",
     },
     "ray_version": {
         "type": "string",
-        "pattern": r"^[0-9]+\.[0-9]+\.[0-9]+$",
+        "pattern": r"^[0-9]+\.[0-9]+\.[0-9]+\Z",
         "x-expected": 'a Ray version such as "2.60.0"',
     },
     "ray_image": {
         "type": "string",
-        "pattern": r"^[^\s]+$",
-        "minLength": 1,
+        "pattern": _IMAGE,
         "x-expected": "an image reference (registry/name:tag or @sha256:digest)",
     },
     "ray_image_pull": {"enum": ["missing", "always"], "x-expected": '"missing" or "always"'},
     "ray_container_name": {"type": "string", "pattern": _NAME, "x-expected": "a container name"},
     "ray_shm_size": {
         "oneOf": [{"const": "auto"}, {"type": "string", "pattern": _SIZE}],
-        "x-expected": '"auto" or a size such as "16g"',
+        "x-expected": '"auto" or a size above 0 such as "16g"',
     },
     "ray_ulimit_nofile": {
         "oneOf": [{"type": "null"}, {"type": "integer", "minimum": 1024}],
@@ -111,40 +144,44 @@ PROPERTIES: dict[str, dict[str, Any]] = {
     },
     "ray_dashboard_host": {
         "type": "string",
-        "minLength": 1,
+        "format": _ADDRESS_FORMAT,
         "x-expected": 'an address to bind the dashboard to, such as "127.0.0.1"',
     },
     "ray_ports": {
         "type": "object",
-        "properties": {name: _PORT for name in PORT_NAMES},
+        "properties": {name: _HIGH_PORT if name in HIGH_PORT_NAMES else _PORT for name in PORT_NAMES},
         "required": list(PORT_NAMES),
         "additionalProperties": False,
-        "x-expected": "a mapping of " + ", ".join(PORT_NAMES) + " to port numbers 1-65535",
+        "x-expected": "a mapping of "
+        + ", ".join(PORT_NAMES)
+        + " to port numbers 1-65535 ("
+        + ", ".join(HIGH_PORT_NAMES)
+        + ": 1024-65535)",
     },
     "ray_env": {
         "type": "object",
-        "additionalProperties": {"type": "string"},
-        "propertyNames": {"pattern": r"^[A-Za-z_][A-Za-z0-9_]*$"},
+        "additionalProperties": {"type": "string", "pattern": _TEXT},
+        "propertyNames": {"pattern": r"^[A-Za-z_][A-Za-z0-9_]*\Z"},
         "x-expected": "a mapping of environment variable names to strings",
     },
     "ray_head_wait_s": {"type": "integer", "minimum": 0, "x-expected": "a non-negative number of seconds"},
     "ray_auth": {"enum": ["token", "none"], "x-expected": '"token" or "none"'},
     "ray_auth_token_file": {
         "type": ["string", "null"],
-        "minLength": 1,
+        "pattern": _LOCAL_PATH,
         "x-expected": "null or the path of the token file on the operator's machine",
     },
     "firewall_enabled": {"type": "boolean", "x-expected": "true or false"},
     "firewall_members_all_ports": {"type": "boolean", "x-expected": "true or false"},
     "firewall_admin_cidrs": {
         "type": "array",
-        "items": {"type": "string", "minLength": 1},
+        "items": {"type": "string", "pattern": r"^[0-9A-Fa-f.:/]+\Z"},
         "x-expected": 'a list of addresses or networks such as "203.0.113.0/24"',
     },
     "firewall_extra_tcp_ports": _TCP_PORTS,
     "storage_nfs_server": {
         "type": ["string", "null"],
-        "minLength": 1,
+        "pattern": _HOST_NAME,
         "x-expected": "null or the name of the inventory host that serves the NFS exports",
     },
     "storage_nfs_exports": {
@@ -153,22 +190,26 @@ PROPERTIES: dict[str, dict[str, Any]] = {
             "type": "object",
             "properties": {
                 "path": {"type": "string", "pattern": _ABS_PATH},
-                "options": {"type": "string", "pattern": r"^[A-Za-z0-9_=,.:-]+$"},
+                "options": {"type": "string", "pattern": _OPTIONS},
+                "allow_unsafe": {"type": "boolean"},
             },
             "required": ["path"],
             "additionalProperties": False,
         },
-        "x-expected": 'a list of {"path": "/srv/shared", "options": "rw,sync,..."} (options optional)',
+        "x-expected": (
+            'a list of {"path": "/srv/shared", "options": "rw,sync,..."} (options optional; '
+            '"allow_unsafe": true to export a system folder or with no_root_squash/insecure)'
+        ),
     },
     "storage_nfs_mounts": {
         "type": "array",
         "items": {
             "type": "object",
             "properties": {
-                "server": {"type": "string", "pattern": r"^[^\s]+$"},
+                "server": {"type": "string", "pattern": _HOST_NAME},
                 "export": {"type": "string", "pattern": _ABS_PATH},
                 "path": {"type": "string", "pattern": _MOUNT_POINT},
-                "options": {"type": "string", "pattern": r"^[A-Za-z0-9_=,.:-]+$"},
+                "options": {"type": "string", "pattern": _OPTIONS},
             },
             "required": ["server", "export", "path"],
             "additionalProperties": False,
@@ -182,11 +223,11 @@ PROPERTIES: dict[str, dict[str, Any]] = {
             "properties": {
                 "bucket": {"type": "string", "pattern": _BUCKET},
                 "path": {"type": "string", "pattern": _MOUNT_POINT},
-                "prefix": {"type": "string", "pattern": r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*/?$"},
+                "prefix": {"type": "string", "pattern": _PREFIX},
                 "read_only": {"type": "boolean"},
                 "endpoint_url": {"type": ["string", "null"], "pattern": _URL},
                 "path_style": {"type": "boolean"},
-                "region": {"type": ["string", "null"], "pattern": r"^[a-z0-9-]+$"},
+                "region": {"type": ["string", "null"], "pattern": r"^[a-z0-9][a-z0-9-]*\Z"},  # never an option
                 "driver": {"enum": ["s3fs", "mountpoint-s3"]},
             },
             "required": ["bucket", "path"],
@@ -198,44 +239,50 @@ PROPERTIES: dict[str, dict[str, Any]] = {
         ),
     },
     "storage_s3_credentials": _null_or_strings(
-        ("access_key_id", "secret_access_key"), "null (the EC2 instance profile) or {access_key_id, secret_access_key}"
+        {"access_key_id": _KEY_ID, "secret_access_key": _LINE},
+        "null (the EC2 instance profile) or {access_key_id, secret_access_key}, each one line (the id without ':')",
     ),
     "docker_source": {"enum": ["distro", "docker"], "x-expected": '"distro" or "docker"'},
     "docker_repo_url": {
         "type": "string",
-        "pattern": r"^https?://[^\s]+$",
+        "pattern": _URL,
         "x-expected": "an http(s) URL",
     },
     "docker_registry_mirrors": {
         "type": "array",
-        "items": {"type": "string", "pattern": r"^https?://[^\s]+$"},
+        "items": {"type": "string", "pattern": _URL},
         "x-expected": "a list of http(s) URLs",
     },
-    "docker_insecure_registries": _STRINGS,
+    "docker_insecure_registries": {
+        "type": "array",
+        "items": {"type": "string", "pattern": r"^[A-Za-z0-9\[][A-Za-z0-9.:/\[\]-]*\Z"},
+        "x-expected": 'a list of registries (host:port) or networks, e.g. ["10.0.0.5:5000"]',
+    },
     "docker_log_opts": {
         "type": "object",
-        "additionalProperties": {"type": "string"},
+        "additionalProperties": {"type": "string", "pattern": _TEXT},
         "x-expected": "a mapping of json-file log options to strings",
     },
     "docker_daemon_options": {"type": "object", "x-expected": "a mapping of daemon.json keys"},
     "docker_registry_auth": _null_or_strings(
-        ("registry", "username", "password"), "null or {registry, username, password}"
+        {"registry": _REGISTRY, "username": _KEY_ID, "password": _LINE},
+        "null or {registry (host[:port]), username (without ':'), password}, each one line",
     ),
     "nvidia_driver": {"enum": ["preinstalled", "install"], "x-expected": '"preinstalled" or "install"'},
     "nvidia_driver_branch": {
         "type": "string",
-        "pattern": r"^[0-9]{3}$",
+        "pattern": r"^[0-9]{3}\Z",
         "x-expected": 'a driver branch such as "550"',
     },
     "nvidia_allow_reboot": {"type": "boolean", "x-expected": "true or false"},
     "nvidia_reboot_timeout_s": {"type": "integer", "minimum": 60, "x-expected": "a number of seconds of at least 60"},
     "nvidia_toolkit_version": {
         "type": "string",
-        "pattern": r"^[0-9]+\.[0-9]+\.[0-9]+$",
+        "pattern": r"^[0-9]+\.[0-9]+\.[0-9]+\Z",
         "x-expected": 'a toolkit version such as "1.17.8"',
     },
-    "nvidia_toolkit_repo_url": {"type": "string", "pattern": r"^https?://[^\s]+$", "x-expected": "an http(s) URL"},
-    "nvidia_cuda_repo_url": {"type": "string", "pattern": r"^https?://[^\s]+$", "x-expected": "an http(s) URL"},
+    "nvidia_toolkit_repo_url": {"type": "string", "pattern": _URL, "x-expected": "an http(s) URL"},
+    "nvidia_cuda_repo_url": {"type": "string", "pattern": _URL, "x-expected": "an http(s) URL"},
     "nvidia_visible_devices": {
         "oneOf": [
             {"const": "all"},
@@ -243,14 +290,18 @@ PROPERTIES: dict[str, dict[str, Any]] = {
         ],
         "x-expected": '"all" or a list of distinct GPU indices, e.g. [0, 1]',
     },
-    "base_extra_packages": _STRINGS,
+    "base_extra_packages": {
+        "type": "array",
+        "items": {"type": "string", "pattern": _PACKAGE},
+        "x-expected": "a list of package names (letters, digits, + . _ : = ~ * -; never starting with -)",
+    },
     "checks_enabled": {"type": "boolean", "x-expected": "true or false"},
     "checks_profile": {"enum": ["full", "quick"], "x-expected": '"full" or "quick"'},
     "checks_matmul_min_fraction": _FRACTION,
     "checks_membw_min_fraction": _FRACTION,
     "checks_outlier_fraction": _FRACTION,
     "checks_timeout_s": {"type": "integer", "minimum": 30, "x-expected": "a number of seconds of at least 30"},
-    "checks_report_dir": {"type": "string", "minLength": 1, "x-expected": "a folder path"},
+    "checks_report_dir": {"type": "string", "pattern": _LOCAL_PATH, "x-expected": "a folder path"},
     "ray_cluster_name": {"type": "string", "pattern": _NAME, "x-expected": "a name of letters, digits, . _ -"},
     "base_wait_timeout_s": {"type": "integer", "minimum": 0, "x-expected": "a non-negative number of seconds"},
 }
@@ -261,10 +312,23 @@ SCHEMA: dict[str, Any] = {
     "properties": PROPERTIES,
 }
 
-_VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
+
+def _is_integer(_checker: Any, instance: Any) -> bool:
+    return isinstance(instance, int) and not isinstance(instance, bool)
 
 
-_SECRET_NAME = re.compile(r"pa?s+w|pwd|secret|token|credential", re.IGNORECASE)
+#: JSON Schema's "integer" also admits 16.0 and 1e9; Ray's command line does not.
+_TYPES = jsonschema.Draft202012Validator.TYPE_CHECKER.redefine("integer", _is_integer)
+#: A draft 2020-12 validator whose integers are Python ints only (the EC2 spec's schema uses it too).
+StrictValidator = jsonschema.validators.extend(jsonschema.Draft202012Validator, type_checker=_TYPES)
+
+FORMATS = jsonschema.FormatChecker(formats=())
+FORMATS.checks(_ADDRESS_FORMAT)(lambda value: not isinstance(value, str) or settings.is_address(value))
+
+_VALIDATOR = StrictValidator(SCHEMA, format_checker=FORMATS)
+
+
+_SECRET_NAME = re.compile(r"pa?s+w|pwd|secret|token|credential|access_key|aws_|private_key", re.IGNORECASE)
 _AUTH_PUBLIC = ("registry", "username")
 
 
@@ -272,7 +336,7 @@ _AUTH_PUBLIC = ("registry", "username")
 _NOT_SECRET = ("ray_auth", "ray_auth_token_file")
 
 
-def _redact(key: str, value: Any) -> Any:
+def redact(key: str, value: Any) -> Any:
     """``value`` with secrets replaced by "***": whatever sits under a secret-looking
     name, anything but a mapping under an ``*auth*`` name, and in an ``*auth*``
     mapping everything but registry and username."""
@@ -282,7 +346,7 @@ def _redact(key: str, value: Any) -> Any:
     if _SECRET_NAME.search(key) or (is_auth and value is not None and not isinstance(value, Mapping)):
         return "***"
     if isinstance(value, Mapping):
-        return {k: "***" if is_auth and k not in _AUTH_PUBLIC else _redact(str(k), v) for k, v in value.items()}
+        return {k: "***" if is_auth and k not in _AUTH_PUBLIC else redact(str(k), v) for k, v in value.items()}
     return value
 
 
@@ -296,7 +360,7 @@ class Problem:
     expected: str
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "value", _redact(self.key, self.value))
+        object.__setattr__(self, "value", redact(self.key, self.value))
 
     def __str__(self) -> str:
         return f"host {self.host}: {self.key} = {self.value!r}: expected {self.expected}"
@@ -324,8 +388,10 @@ def _expected(key: str, error: jsonschema.ValidationError) -> str:
     return spec.get("x-expected", error.message)
 
 
-def validate_host(name: str, data: Mapping[str, Any]) -> list[Problem]:
-    """Problems with one host's own data (schema and unknown keys)."""
+def validate_host(name: str, data: Mapping[str, Any], host_names: Collection[str] = ()) -> list[Problem]:
+    """Problems with one host's own data: unknown keys, the schema, then (once the schema
+    holds) the rules that span keys. ``host_names`` are the inventory's hosts, which NFS
+    keys may name; without them (an EC2 spec) NFS servers must be addresses."""
     problems: list[Problem] = []
     known = settings.defaults()
     for key in sorted(k for k in data if settings.is_rayrig_key(k) and k not in known):
@@ -339,14 +405,37 @@ def validate_host(name: str, data: Mapping[str, Any]) -> list[Problem]:
         key = str(path[0]) if path else "(data)"
         label = key + "".join(f"[{p!r}]" for p in path[1:])
         problems.append(Problem(name, label, error.instance, _expected(key, error)))
+    if not problems:
+        problems += _ray_problems(name, merged)
+        problems += _port_problems(name, merged["ray_ports"])
+        problems += _mount_problems(name, merged, set(host_names))
+        problems += _export_problems(name, merged)
+        problems += _firewall_problems(name, merged)
     return problems
+
+
+def _ray_problems(name: str, merged: Mapping[str, Any]) -> list[Problem]:
+    """What ``ray start`` would refuse beyond the schema: Ray's own resource names."""
+    return [
+        Problem(
+            name,
+            f"ray_resources[{resource!r}]",
+            merged["ray_resources"][resource],
+            "a custom resource name: Ray sets CPU, GPU, memory and object_store_memory itself "
+            "(use ray_num_cpus, ray_num_gpus, ray_object_store_bytes)",
+        )
+        for resource in sorted(merged["ray_resources"])
+        if resource in RESERVED_RESOURCES
+    ]
 
 
 def _port_problems(name: str, ports: Mapping[str, int]) -> list[Problem]:
     problems = []
     lo, hi = ports["worker_min"], ports["worker_max"]
-    if lo > hi:
-        problems.append(Problem(name, "ray_ports", {"worker_min": lo, "worker_max": hi}, "worker_min <= worker_max"))
+    if lo >= hi:
+        problems.append(
+            Problem(name, "ray_ports", {"worker_min": lo, "worker_max": hi}, "worker_min below worker_max (Ray's rule)")
+        )
     seen: dict[int, str] = {}
     for port_name in PORT_NAMES:
         if port_name in ("worker_min", "worker_max"):
@@ -399,11 +488,67 @@ def _mount_problems(name: str, merged: Mapping[str, Any], host_names: set[str]) 
                     "storage_s3_credentials set too (an S3-compatible store has no instance profile)",
                 )
             )
+    for index, mount in enumerate(merged["storage_nfs_mounts"]):
+        if mount["server"] not in host_names and not settings.is_address(mount["server"]):
+            problems.append(
+                Problem(
+                    name,
+                    f"storage_nfs_mounts[{index}]['server']",
+                    mount["server"],
+                    "an IP address, a host name, or the name of a host of this inventory",
+                )
+            )
     server = merged["storage_nfs_server"]
-    if server is not None and server not in host_names:
+    if server is not None and host_names and server not in host_names:
         problems.append(Problem(name, "storage_nfs_server", server, "the name of a host of this inventory"))
     elif server is not None and not merged["storage_nfs_exports"]:
         problems.append(Problem(name, "storage_nfs_exports", [], "at least one export for storage_nfs_server"))
+    elif server is None and merged["storage_nfs_exports"]:
+        problems.append(
+            Problem(
+                name,
+                "storage_nfs_exports",
+                merged["storage_nfs_exports"],
+                "no exports unless storage_nfs_server names the host that serves them",
+            )
+        )
+    return problems
+
+
+#: Folders an NFS export must not be (or be under) without ``allow_unsafe``: the system's own.
+_SYSTEM_EXPORTS = (*_SYSTEM_DIRS, "/root")
+#: Export options that hand clients more than their own files.
+UNSAFE_EXPORT_OPTIONS = ("no_root_squash", "insecure")
+
+
+def _export_problems(name: str, merged: Mapping[str, Any]) -> list[Problem]:
+    """NFS exports of system folders, or with options that give clients root, need
+    ``"allow_unsafe": true`` on the export."""
+    problems: list[Problem] = []
+    for index, export in enumerate(merged["storage_nfs_exports"]):
+        if export.get("allow_unsafe"):
+            continue
+        path = export["path"]
+        if path in ("/home", "/tmp") or any(path == d or path.startswith(d + "/") for d in _SYSTEM_EXPORTS):
+            problems.append(
+                Problem(
+                    name,
+                    f"storage_nfs_exports[{index}]['path']",
+                    path,
+                    'a folder outside the system\'s (e.g. /srv/shared), or "allow_unsafe": true on this export',
+                )
+            )
+        unsafe = [o for o in export.get("options", "").split(",") if o in UNSAFE_EXPORT_OPTIONS]
+        if unsafe:
+            problems.append(
+                Problem(
+                    name,
+                    f"storage_nfs_exports[{index}]['options']",
+                    export["options"],
+                    f"options without {' and '.join(unsafe)} (they let clients act as root or from any port), "
+                    'or "allow_unsafe": true on this export',
+                )
+            )
     return problems
 
 
@@ -420,13 +565,27 @@ def _firewall_problems(name: str, merged: Mapping[str, Any]) -> list[Problem]:
             problems.append(
                 Problem(name, f"firewall_admin_cidrs[{index}]", cidr, 'an address or network such as "203.0.113.0/24"')
             )
+    ports = merged["ray_ports"]
+    ray_ranges = [(ports[p], ports[p], p) for p in PORT_NAMES if p not in ("worker_min", "worker_max")]
+    ray_ranges.append((ports["worker_min"], ports["worker_max"], "the worker range"))
     for index, port in enumerate(merged["firewall_extra_tcp_ports"]):
-        if isinstance(port, str):
-            first, last = (int(p) for p in port.split("-"))
-            if not 1 <= first <= last <= 65535:
-                problems.append(
-                    Problem(name, f"firewall_extra_tcp_ports[{index}]", port, "a range first-last within 1-65535")
+        first, last = (int(p) for p in port.split("-")) if isinstance(port, str) else (port, port)
+        if not 1 <= first <= last <= 65535:
+            problems.append(
+                Problem(name, f"firewall_extra_tcp_ports[{index}]", port, "a range first-last within 1-65535")
+            )
+            continue
+        hits = [what for lo, hi, what in ray_ranges if first <= hi and lo <= last]
+        if hits:
+            problems.append(
+                Problem(
+                    name,
+                    f"firewall_extra_tcp_ports[{index}]",
+                    port,
+                    f"ports apart from Ray's ({', '.join(hits)} in ray_ports): opening them to any source "
+                    "would open Ray to the world",
                 )
+            )
     return problems
 
 
@@ -439,13 +598,10 @@ def validate_cluster(hosts: Iterable[tuple[str, Mapping[str, Any], str]]) -> lis
     problems: list[Problem] = []
     merged: dict[str, dict[str, Any]] = {}
     for name, data, _address in hosts:
-        host_problems = validate_host(name, data)
+        host_problems = validate_host(name, data, [h[0] for h in hosts])
         problems += host_problems
         if not host_problems:
             merged[name] = settings.merge(data)
-            problems += _port_problems(name, merged[name]["ray_ports"])
-            problems += _mount_problems(name, merged[name], {h[0] for h in hosts})
-            problems += _firewall_problems(name, merged[name])
 
     if len(merged) < len(hosts):
         return problems  # cross-host rules need every host's data to be valid
@@ -457,6 +613,11 @@ def validate_cluster(hosts: Iterable[tuple[str, Mapping[str, Any], str]]) -> lis
     elif len(heads) > 1:
         problems.append(Problem(", ".join(heads), "ray_role", "head", 'exactly one head; the others must be "worker"'))
 
+    for name, _data, address in hosts:
+        if not settings.is_address(address) and not address.startswith("@"):
+            problems.append(
+                Problem(name, "ray_node_ip", address, "an IP address or a host name (set ray_node_ip, or ssh_hostname)")
+            )
     by_address: dict[str, list[str]] = {}
     for name, _data, address in hosts:
         by_address.setdefault(address, []).append(name)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import functools
 import ipaddress
+import re
 import runpy
 from collections.abc import Mapping
 from pathlib import Path
@@ -78,19 +79,46 @@ def node_address(host: Any) -> str:
     return str(data.get("ray_node_ip") or data.get("ssh_hostname") or host.name)
 
 
+#: An IPv6 zone (interface name or index): what Linux allows in an interface name, no more.
+_ZONE = re.compile(r"[A-Za-z0-9_.-]{1,64}\Z")
+#: An RFC 1123 host name: dot-separated labels of letters, digits and inner hyphens.
+_LABEL = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)\Z")
+
+
 def parse_address(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
     """An IP address without its zone; an IPv4-mapped IPv6 address as IPv4. None if not an address.
 
+    A zone (``%eth0``) is accepted on an IPv6 address only, and only as an interface name.
+
     >>> parse_address("::ffff:192.0.2.7"), parse_address("fe80::1%eth0"), parse_address("node-1")
     (IPv4Address('192.0.2.7'), IPv6Address('fe80::1'), None)
+    >>> parse_address("10.0.0.1%eth0"), parse_address("fe80::1%x;y")
+    (None, None)
     """
+    text, percent, zone = text.partition("%")
     try:
-        address = ipaddress.ip_address(text.split("%", 1)[0])
+        address = ipaddress.ip_address(text)
     except ValueError:
+        return None
+    if percent and (not isinstance(address, ipaddress.IPv6Address) or not _ZONE.match(zone)):
         return None
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped:
         return address.ipv4_mapped
     return address
+
+
+def is_hostname(text: str) -> bool:
+    """Whether ``text`` is an RFC 1123 host name (at most 253 characters, labels of 1-63).
+
+    >>> is_hostname("gpu-01.lab.example"), is_hostname("-x"), is_hostname("a b"), is_hostname("node\\n")
+    (True, False, False, False)
+    """
+    return 0 < len(text) <= 253 and all(_LABEL.match(label) for label in text.split("."))
+
+
+def is_address(text: str) -> bool:
+    """Whether ``text`` is an IP address (a zone on IPv6 only) or an RFC 1123 host name."""
+    return parse_address(text) is not None or is_hostname(text)
 
 
 def is_loopback(address: str) -> bool:

@@ -12,7 +12,7 @@ A spec, with every optional key shown (see ``examples/sprint42.toml``)::
     owner = "aiko@example.com"          # tag rayrig:owner
     ttl = "7d"                          # expiry = first up + ttl (tag rayrig:expires-at)
     admin_cidrs = ["198.51.100.0/24"]   # who may SSH in; nobody else reaches anything
-    allow_ssh_from_anywhere = false     # must be true to list 0.0.0.0/0 or ::/0
+    allow_ssh_from_anywhere = false     # must be true to list a network wider than /8 (IPv6: /16)
     ssh_public_key = "~/.ssh/id_ed25519.pub"
     ssh_private_key = "~/.ssh/id_ed25519"   # default: the public key's path without .pub
     placement_group = true              # a cluster placement group for the workers
@@ -60,15 +60,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import jsonschema
-
 try:  # Python 3.11+
     import tomllib
 except ModuleNotFoundError:  # pragma: no cover - Python 3.10 needs the tomli backport
     import tomli as tomllib  # type: ignore[no-redef]
 
 from cloud.ec2.spec_schema import SCHEMA, TTL_PATTERN
-from deploy.schema import validate_host
+from deploy.schema import StrictValidator, redact, validate_host
 
 MAX_TTL = dt.timedelta(days=30)
 
@@ -88,7 +86,10 @@ RESERVED_HOST_DATA = (
 #: Key types EC2's ImportKeyPair accepts.
 KEY_TYPES = ("ssh-ed25519", "ssh-rsa")
 
-_VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
+#: Admin CIDRs wider than these count as "anywhere": together a few of them cover the internet.
+WIDEST_ADMIN_PREFIX = {4: 8, 6: 16}
+
+_VALIDATOR = StrictValidator(SCHEMA)
 
 
 class SpecError(ValueError):
@@ -192,7 +193,10 @@ def parse_ttl(text: str) -> dt.timedelta:
     if not match:
         raise ValueError(f"expected a duration such as '12h' or '7d', found {text!r}")
     days, hours, minutes = (int(g[:-1]) if g else 0 for g in match.groups())
-    return dt.timedelta(days=days, hours=hours, minutes=minutes)
+    try:
+        return dt.timedelta(days=days, hours=hours, minutes=minutes)
+    except OverflowError:
+        raise ValueError(f"expected a duration such as '12h' or '7d', found {text!r}, which is too long") from None
 
 
 def load_spec(path: str | Path) -> ClusterSpec:
@@ -228,7 +232,10 @@ def parse_spec(data: Mapping[str, Any], path: Path) -> ClusterSpec:
             problems.append(f"{source}: {key} = {_show(value)}: expected {expected}")
 
     # --- TTL ---
-    ttl = parse_ttl(data["ttl"])
+    try:
+        ttl = parse_ttl(data["ttl"])
+    except ValueError:
+        ttl = MAX_TTL + dt.timedelta(days=1)  # far beyond any timedelta: only "too long" can be said
     if not dt.timedelta(0) < ttl <= MAX_TTL:
         where("ttl", data["ttl"], "a duration above 0 and at most 30d")
 
@@ -244,27 +251,30 @@ def parse_spec(data: Mapping[str, Any], path: Path) -> ClusterSpec:
                 hint = f" (did you mean {str(ipaddress.ip_network(text, strict=False))!r}?)"
             where(f"admin_cidrs[{i}]", text, f"a CIDR such as '198.51.100.0/24' ({exc}){hint}")
             continue
-        if net.prefixlen == 0 and not allow_anywhere:
+        if net.prefixlen < WIDEST_ADMIN_PREFIX[net.version] and not allow_anywhere:
             where(
                 f"admin_cidrs[{i}]",
                 text,
-                "your office's or VPN's CIDR: SSH from the whole internet needs allow_ssh_from_anywhere = true",
+                f"your office's or VPN's CIDR (at most /{WIDEST_ADMIN_PREFIX[net.version]} wide): SSH from the "
+                "whole internet, or from a large part of it, needs allow_ssh_from_anywhere = true",
             )
         cidrs.append(str(net))
 
     # --- SSH keys ---
     public_key = _resolve(base, data["ssh_public_key"])
-    key_problem = _public_key_problem(public_key)
+    key_problem = _public_key_problem(public_key) if public_key else _HOME_PROBLEM
     if key_problem:
         where("ssh_public_key", data["ssh_public_key"], key_problem)
     private_key: Path | None = None
     if "ssh_private_key" in data:
         private_key = _resolve(base, data["ssh_private_key"])
-        if not private_key.is_file():
+        if private_key is None:
+            where("ssh_private_key", data["ssh_private_key"], _HOME_PROBLEM)
+        elif not private_key.is_file():
             where(
                 "ssh_private_key", data["ssh_private_key"], f"an existing private key file ({private_key} is missing)"
             )
-    elif public_key.suffix == ".pub" and public_key.with_suffix("").is_file():
+    elif public_key and public_key.suffix == ".pub" and public_key.with_suffix("").is_file():
         private_key = public_key.with_suffix("")
 
     # --- AMI ---
@@ -303,7 +313,7 @@ def parse_spec(data: Mapping[str, Any], path: Path) -> ClusterSpec:
         ttl_text=data["ttl"],
         admin_cidrs=tuple(cidrs),
         allow_ssh_from_anywhere=allow_anywhere,
-        ssh_public_key=public_key,
+        ssh_public_key=public_key or Path(data["ssh_public_key"]),
         ssh_private_key=private_key,
         ami=ami,
         head=head,
@@ -314,8 +324,15 @@ def parse_spec(data: Mapping[str, Any], path: Path) -> ClusterSpec:
     )
 
 
-def _resolve(base: Path, text: str) -> Path:
-    path = Path(text).expanduser()
+_HOME_PROBLEM = "a path whose ~ names your home or an existing user's (that user's home is unknown here)"
+
+
+def _resolve(base: Path, text: str) -> Path | None:
+    """``text`` as an absolute path (relative to ``base``); None when its ~user has no home here."""
+    try:
+        path = Path(text).expanduser()
+    except RuntimeError:  # "Could not determine home directory": ~nosuchuser
+        return None
     return path if path.is_absolute() else (base / path).resolve()
 
 
@@ -370,7 +387,9 @@ def _network(data: Mapping[str, Any], region: str, base: Path, where: Any) -> Ne
     bastion_key = None
     if "bastion_ssh_key" in data:
         bastion_key = _resolve(base, data["bastion_ssh_key"])
-        if not bastion_key.is_file():
+        if bastion_key is None:
+            where("network.bastion_ssh_key", data["bastion_ssh_key"], _HOME_PROBLEM)
+        elif not bastion_key.is_file():
             where(
                 "network.bastion_ssh_key", data["bastion_ssh_key"], f"an existing key file ({bastion_key} is missing)"
             )
@@ -412,7 +431,7 @@ def _group(data: Mapping[str, Any], name: str, role: str) -> GroupSpec:
 def _host_data_problems(source: str, key: str, data: Mapping[str, Any], under: Mapping[str, Any]) -> list[str]:
     """Reserved keys, then the deploy's own schema (deploy/schema.py) on the merged data."""
     problems = [
-        f"{source}: {key}.{k} = {data[k]!r}: expected no value: inventories/ec2.py sets {k} itself"
+        f"{source}: {key}.{k} = {redact(k, data[k])!r}: expected no value: inventories/ec2.py sets {k} itself"
         for k in data
         if k in RESERVED_HOST_DATA
     ]

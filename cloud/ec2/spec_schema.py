@@ -8,18 +8,21 @@ from __future__ import annotations
 from typing import Any
 
 #: A duration such as ``12h``, ``7d`` or ``1d12h``.
-TTL_PATTERN = r"^(?=[0-9])([0-9]+d)?([0-9]+h)?([0-9]+m)?$"
+TTL_PATTERN = r"^(?=[0-9])([0-9]+d)?([0-9]+h)?([0-9]+m)?\Z"
+
+#: A path on this machine: one line, no control characters.
+_PATH = r"^[^\x00-\x1f\x7f]+\Z"
 
 _HOST_DATA = {
     "type": "object",
-    "propertyNames": {"pattern": r"^[a-z][a-z0-9_]*$"},
+    "propertyNames": {"pattern": r"^[a-z][a-z0-9_]*\Z"},
     "x-expected": "a table of host data keys (lower-case names) to values",
 }
 
 _GROUP_PROPERTIES: dict[str, Any] = {
     "instance_type": {
         "type": "string",
-        "pattern": r"^[a-z][a-z0-9-]*\.[a-z0-9-]+$",
+        "pattern": r"^[a-z][a-z0-9-]*\.[a-z0-9-]+\Z",
         "x-expected": 'an EC2 instance type such as "g5.12xlarge"',
     },
     "market": {"enum": ["on-demand", "spot"], "x-expected": '"on-demand" or "spot"'},
@@ -49,7 +52,7 @@ _WORKER = {
         **_GROUP_PROPERTIES,
         "name": {
             "type": "string",
-            "pattern": r"^[a-z][a-z0-9-]{0,19}$",
+            "pattern": r"^[a-z][a-z0-9-]{0,19}\Z",
             "x-expected": "a group name: lower-case letters, digits and '-', at most 20 characters",
         },
         "count": {"type": "integer", "minimum": 1, "maximum": 64, "x-expected": "an integer from 1 to 64"},
@@ -65,17 +68,17 @@ SCHEMA: dict[str, Any] = {
     "properties": {
         "name": {
             "type": "string",
-            "pattern": r"^[a-z][a-z0-9-]{0,30}[a-z0-9]$",
+            "pattern": r"^[a-z][a-z0-9-]{0,30}[a-z0-9]\Z",
             "x-expected": "a cluster name: 2-32 lower-case letters, digits and '-', starting with a letter",
         },
         "region": {
             "type": "string",
-            "pattern": r"^[a-z]{2}(-gov)?-[a-z]+-[0-9]$",
+            "pattern": r"^[a-z]{2}(-gov)?-[a-z]+-[0-9]\Z",
             "x-expected": 'an AWS region such as "us-east-1"',
         },
         "owner": {
             "type": "string",
-            "pattern": r"^[A-Za-z0-9_.:/=+@ -]{1,128}$",
+            "pattern": r"^[A-Za-z0-9_.:/=+@ -]{1,128}\Z",
             "x-expected": "who owns the cluster, such as an e-mail address (1-128 characters)",
         },
         "ttl": {
@@ -90,25 +93,25 @@ SCHEMA: dict[str, Any] = {
             "x-expected": 'a non-empty list of the CIDRs that may SSH in, such as ["198.51.100.0/24"]',
         },
         "allow_ssh_from_anywhere": {"type": "boolean", "x-expected": "true or false"},
-        "ssh_public_key": {"type": "string", "minLength": 1, "x-expected": "the path of an SSH public key (.pub)"},
-        "ssh_private_key": {"type": "string", "minLength": 1, "x-expected": "the path of the matching private key"},
+        "ssh_public_key": {"type": "string", "pattern": _PATH, "x-expected": "the path of an SSH public key (.pub)"},
+        "ssh_private_key": {"type": "string", "pattern": _PATH, "x-expected": "the path of the matching private key"},
         "placement_group": {"type": "boolean", "x-expected": "true or false"},
         "ami": {
             "type": "object",
             "properties": {
                 "id": {
                     "type": "string",
-                    "pattern": r"^ami-([0-9a-f]{8}|[0-9a-f]{17})$",
+                    "pattern": r"^ami-([0-9a-f]{8}|[0-9a-f]{17})\Z",
                     "x-expected": 'an AMI id such as "ami-0123456789abcdef0"',
                 },
                 "ssm_parameter": {
                     "type": "string",
-                    "pattern": r"^/[A-Za-z0-9_.\-/]+$",
+                    "pattern": r"^/[A-Za-z0-9_.\-/]+\Z",
                     "x-expected": "an SSM parameter name starting with '/' that holds an AMI id",
                 },
                 "ssh_user": {
                     "type": "string",
-                    "pattern": r"^[a-z_][a-z0-9_-]{0,31}$",
+                    "pattern": r"^[a-z_][a-z0-9_-]{0,31}\Z",
                     "x-expected": 'a Unix user name such as "ubuntu"',
                 },
             },
@@ -118,26 +121,26 @@ SCHEMA: dict[str, Any] = {
         "network": {
             "type": "object",
             "properties": {
-                "vpc_id": {"type": "string", "pattern": r"^vpc-[0-9a-f]{8,17}$", "x-expected": "a VPC id (vpc-...)"},
+                "vpc_id": {"type": "string", "pattern": r"^vpc-[0-9a-f]{8,17}\Z", "x-expected": "a VPC id (vpc-...)"},
                 "subnet_id": {
                     "type": "string",
-                    "pattern": r"^subnet-[0-9a-f]{8,17}$",
+                    "pattern": r"^subnet-[0-9a-f]{8,17}\Z",
                     "x-expected": "a subnet id (subnet-...)",
                 },
                 "vpc_cidr": {"type": "string", "x-expected": 'an IPv4 CIDR from /16 to /24, such as "10.42.0.0/16"'},
                 "subnet_cidr": {"type": "string", "x-expected": "an IPv4 CIDR inside vpc_cidr"},
                 "availability_zone": {
                     "type": "string",
-                    "pattern": r"^[a-z]{2}(-gov)?-[a-z]+-[0-9][a-z]$",
+                    "pattern": r"^[a-z]{2}(-gov)?-[a-z]+-[0-9][a-z]\Z",
                     "x-expected": 'an availability zone of the region, such as "us-east-1a"',
                 },
                 "public_ips": {"type": "boolean", "x-expected": "true or false"},
                 "bastion": {
                     "type": "string",
-                    "pattern": r"^([a-z_][a-z0-9_-]*@)?[A-Za-z0-9.-]+(:[0-9]{1,5})?$",
+                    "pattern": r"^([a-z_][a-z0-9_-]*@)?[A-Za-z0-9.-]+(:[0-9]{1,5})?\Z",
                     "x-expected": 'a bastion host for ProxyJump, such as "ec2-user@bastion.example.com"',
                 },
-                "bastion_ssh_key": {"type": "string", "minLength": 1, "x-expected": "the path of a private key"},
+                "bastion_ssh_key": {"type": "string", "pattern": _PATH, "x-expected": "the path of a private key"},
                 "internet_egress": {"type": "boolean", "x-expected": "true or false"},
             },
             "additionalProperties": False,

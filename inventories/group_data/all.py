@@ -11,7 +11,7 @@ result before any host is touched. Names are prefixed by area.
 ray_role = "worker"  # "head" or "worker"; exactly one host of the cluster is the head
 ray_num_gpus = "auto"  # GPUs Ray may schedule on this host: an integer, or "auto" for the detected count
 ray_num_cpus = "auto"  # CPUs Ray may schedule on this host: an integer, or "auto" to let Ray count them
-ray_resources = {}  # custom resources, name -> amount, e.g. {"nvme": 1}
+ray_resources = {}  # custom resources, name -> whole amount, e.g. {"nvme": 1}; not Ray's own (CPU, GPU, ...)
 ray_object_store_bytes = None  # object store size in bytes; None lets Ray size it (30% of memory)
 ray_node_ip = None  # address this node advertises and other nodes dial; None: the inventory address
 ray_version = "2.60.0"  # the Ray version every container must run (checked against the image)
@@ -54,7 +54,7 @@ docker_registry_auth = None  # {"registry": ..., "username": ..., "password": ..
 firewall_enabled = True  # manage the host's inbound firewall; False: leave it to you (open ray_ports yourself)
 firewall_members_all_ports = True  # members reach all of each other's ports (gloo, NCCL); False: Ray's only
 firewall_admin_cidrs = []  # who may SSH in (and reach a non-local dashboard); []: SSH from anywhere
-firewall_extra_tcp_ports = []  # more inbound TCP ports open to any source: integers or "first-last" ranges
+firewall_extra_tcp_ports = []  # more TCP ports open to any source: integers or "first-last" ranges, none of Ray's
 
 # --- NVIDIA ----------------------------------------------------------------
 # Only hosts with NVIDIA GPUs (detected on the PCI bus) get any of this; CPU hosts get no NVIDIA step.
@@ -69,7 +69,9 @@ nvidia_visible_devices = "all"  # GPUs the ray-node container gets: "all" or a l
 
 # --- Shared storage (mounted on every host and inside ray-node at the same path) -----
 storage_nfs_server = None  # the inventory host that serves storage_nfs_exports; None: no NFS server role
-storage_nfs_exports = []  # [{"path": "/srv/shared", "options": "rw,sync,no_subtree_check,root_squash"}]
+# [{"path": "/srv/shared", "options": "rw,sync,no_subtree_check,root_squash"}]; a system folder, or
+# no_root_squash/insecure in options, also needs "allow_unsafe": True on that export
+storage_nfs_exports = []
 storage_nfs_mounts = []  # [{"server": "10.0.0.5" or a host name, "export": "/srv/shared", "path": "/mnt/shared"}]
 storage_s3_mounts = []  # [{"bucket": "datasets", "path": "/mnt/datasets", "read_only": True, "endpoint_url": ...}]
 storage_s3_credentials = None  # {"access_key_id": ..., "secret_access_key": ...}; None: the EC2 instance profile

@@ -177,7 +177,69 @@ BAD_SPECS: list[tuple[str, Callable[[dict[str, Any]], None], list[str]]] = [
     (
         "host-data-value",
         _set("workers.0.host_data", {"ray_resources": {"a10g": -1}}),
-        ["workers[0].host_data.ray_resources", "non-negative number"],
+        ["workers[0].host_data.ray_resources", "a whole number of at least 0"],
+    ),
+    (
+        "cidrs-halves",
+        _set("admin_cidrs", ["0.0.0.0/1", "128.0.0.0/1"]),
+        ["admin_cidrs[0] = '0.0.0.0/1'", "admin_cidrs[1] = '128.0.0.0/1'", "allow_ssh_from_anywhere"],
+    ),
+    ("cidr-v6-half", _set("admin_cidrs", ["::/1"]), ["admin_cidrs[0] = '::/1'", "allow_ssh_from_anywhere"]),
+    ("cidr-wide", _set("admin_cidrs", ["10.0.0.0/7"]), ["admin_cidrs[0] = '10.0.0.0/7'", "at most /8 wide"]),
+    ("cidr-wide-v6", _set("admin_cidrs", ["2000::/3"]), ["admin_cidrs[0] = '2000::/3'", "at most /16 wide"]),
+    ("ttl-overflow", _set("ttl", "99999999999999999999d"), ["ttl = '99999999999999999999d'", "at most 30d"]),
+    ("ttl-newline", _set("ttl", "7d\n"), ["ttl = '7d\\n'", 'a duration such as "12h"']),
+    ("name-newline", _set("name", "sprint42\n"), ["name = 'sprint42\\n'", "expected a cluster name"]),
+    ("count-float", _set("workers.0.count", 2.0), ["workers[0].count = 2.0", "an integer from 1 to 64"]),
+    (
+        "key-unknown-user",
+        _set("ssh_public_key", "~nosuchuser-rayrig/x.pub"),
+        ["ssh_public_key = '~nosuchuser-rayrig/x.pub'", "an existing user's"],
+    ),
+    (
+        "private-key-unknown-user",
+        _set("ssh_private_key", "~nosuchuser-rayrig/x"),
+        ["ssh_private_key = '~nosuchuser-rayrig/x'", "an existing user's"],
+    ),
+    (
+        "bastion-key-unknown-user",
+        _set("network", {"bastion": "me@bastion.example.com", "bastion_ssh_key": "~nosuchuser-rayrig/k"}),
+        ["network.bastion_ssh_key = '~nosuchuser-rayrig/k'", "an existing user's"],
+    ),
+    (
+        "bastion-newline",
+        _set("network", {"bastion": "bastion.example.com\n"}),
+        ["network.bastion = ", "a bastion host for ProxyJump"],
+    ),
+    (
+        "host-data-ray-auth-env",
+        _set("host_data.ray_env", {"RAY_AUTH_TOKEN": "abc"}),
+        ["host_data.ray_env['RAY_AUTH_TOKEN']", "set ray_auth instead"],
+    ),
+    (
+        "host-data-hostile-ip",
+        _set("workers.0.host_data", {"ray_node_ip": "10.0.0.1%x/1);touch /tmp/P;(true"}),
+        ["workers[0].host_data.ray_node_ip", "inventories/ec2.py sets ray_node_ip itself"],
+    ),
+    (
+        "host-data-hostile-nfs-server",
+        _set("host_data.storage_nfs_mounts", [{"server": "x;touch /tmp/P", "export": "/srv", "path": "/mnt/s"}]),
+        ["host_data.storage_nfs_mounts[0]['server'] = 'x;touch /tmp/P'", 'a list of {"server": ...'],
+    ),
+    (
+        "host-data-extra-port-on-ray",
+        _set("host_data.firewall_extra_tcp_ports", [6379]),
+        ["host_data.firewall_extra_tcp_ports[0] = 6379", "would open Ray to the world"],
+    ),
+    (
+        "host-data-fractional-cpus",
+        _set("workers.0.host_data", {"ray_num_cpus": 1.5}),
+        ["workers[0].host_data.ray_num_cpus = 1.5", "a non-negative integer"],
+    ),
+    (
+        "host-data-exports-without-server",
+        _set("host_data.storage_nfs_exports", [{"path": "/srv/shared"}]),
+        ["host_data.storage_nfs_exports", "unless storage_nfs_server names the host"],
     ),
 ]
 
@@ -243,3 +305,48 @@ def test_toml_writer_round_trips(keys: tuple[Path, Path]) -> None:
 
     data = base_spec(keys[0])
     assert tomllib.loads(to_toml(data)) == data
+
+
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ("ssh_password", "hunter2-secret"),
+        ("ssh_key", "/home/me/.ssh/hunter2-secret"),
+    ],
+)
+def test_reserved_secret_keys_are_not_printed_back(
+    key: str, value: str, keys: tuple[Path, Path], write_spec: Callable[..., Path]
+) -> None:
+    data = base_spec(keys[0])
+    data["host_data"][key] = value
+    with pytest.raises(SpecError) as caught:
+        load_spec(write_spec(data))
+    message = str(caught.value)
+    assert f"host_data.{key} = " in message and "inventories/ec2.py sets" in message
+    if key == "ssh_password":
+        assert "hunter2" not in message and "'***'" in message
+
+
+def test_secret_values_in_host_data_are_not_printed_back(
+    keys: tuple[Path, Path], write_spec: Callable[..., Path]
+) -> None:
+    data = base_spec(keys[0])
+    data["host_data"]["storage_s3_credentials"] = {"access_key_id": "AKIAEXAMPLE", "secret_access_key": ""}
+    data["host_data"]["docker_registry_auth"] = {"registry": "r.example", "username": "me", "password": 7}
+    with pytest.raises(SpecError) as caught:
+        load_spec(write_spec(data))
+    message = str(caught.value)
+    assert "host_data.storage_s3_credentials" in message and "host_data.docker_registry_auth" in message
+    assert "AKIAEXAMPLE" not in message and "7}" not in message
+
+
+def test_a_slash_eight_admin_network_is_fine(keys: tuple[Path, Path], write_spec: Callable[..., Path]) -> None:
+    spec = load_spec(write_spec(base_spec(keys[0], admin_cidrs=["10.0.0.0/8", "2001:db8::/32"])))
+    assert spec.admin_cidrs == ("10.0.0.0/8", "2001:db8::/32")
+
+
+def test_wide_admin_networks_pass_with_the_explicit_flag(
+    keys: tuple[Path, Path], write_spec: Callable[..., Path]
+) -> None:
+    data = base_spec(keys[0], admin_cidrs=["0.0.0.0/1", "128.0.0.0/1"], allow_ssh_from_anywhere=True)
+    assert load_spec(write_spec(data)).admin_cidrs == ("0.0.0.0/1", "128.0.0.0/1")

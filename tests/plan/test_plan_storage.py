@@ -17,7 +17,10 @@ SECRET = "wJalrXUtnFEMI/K7MDENG+bPxRfiCYzEXAMPLEKEY"
 CREDENTIALS = {"access_key_id": "AKIAIOSFODNN7EXAMPLE", "secret_access_key": SECRET}
 NFS = {
     "storage_nfs_server": HEAD,
-    "storage_nfs_exports": [{"path": "/srv/shared"}, {"path": "/srv/scratch", "options": "async,no_root_squash"}],
+    "storage_nfs_exports": [
+        {"path": "/srv/shared"},
+        {"path": "/srv/scratch", "options": "async,no_root_squash", "allow_unsafe": True},
+    ],
     "storage_nfs_mounts": [
         {"server": "10.0.0.1", "export": "/srv/shared", "path": "/mnt/shared"},
         {"server": "filer.lab", "export": "/vol/ml-data", "path": "/mnt/ml-data", "options": "ro,nfsvers=4.1"},
@@ -148,7 +151,9 @@ def test_nfs_mounts_are_systemd_units_mounted_after_a_probe(os_name):
         assert unit(data_unit)["Mount"]["Options"] == "nfsvers=4.1,proto=tcp,hard,timeo=600,retrans=2,ro"
 
         commands = host.op(r"Mount filer.lab:/vol/ml-data at /mnt/ml-data").commands
-        assert commands[0].startswith("timeout 10 bash -c '</dev/tcp/filer.lab/2049' 2>/dev/null || { echo ")
+        assert commands[0].startswith(
+            'timeout 10 bash -c \'</dev/tcp/"$1"/"$2"\' _ filer.lab 2049 2>/dev/null || { echo '
+        )
         assert f"{name}: the NFS server filer.lab did not answer on TCP 2049" in commands[0]
         assert "filer.lab:/vol/ml-data at /mnt/ml-data was not mounted" in commands[0]
         assert commands[0].endswith(">&2; exit 1; }")
@@ -179,7 +184,7 @@ def test_a_mount_server_named_by_inventory_host_is_its_node_address():
             run[name]
             .op("Mount 10.0.0.1:/srv/shared")
             .commands[0]
-            .startswith("timeout 10 bash -c '</dev/tcp/10.0.0.1/2049'")
+            .startswith('timeout 10 bash -c \'</dev/tcp/"$1"/"$2"\' _ 10.0.0.1 2049 ')
         )
     assert run_deploy(cluster("ubuntu22", "converged", data=data)).changed_hosts == {}
 

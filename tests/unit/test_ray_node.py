@@ -4,6 +4,8 @@ lines, the configuration hash, sizes and limits, the GPU count, and the supervis
 from __future__ import annotations
 
 import shlex
+import socket
+import subprocess
 
 import pytest
 
@@ -195,7 +197,23 @@ def test_wait_for_port_command():
     command = ray_node.wait_for_port_command("10.0.0.1", 6379, 120)
     words = shlex.split(command)
     assert words[:4] == ["timeout", "120", "bash", "-c"]
-    assert "/dev/tcp/10.0.0.1/6379" in words[4]
+    assert words[4:] == [ray_node.WAIT_FOR_PORT, "_", "10.0.0.1", "6379"]
+
+
+@pytest.mark.parametrize("address", ["10.0.0.1%x/1);touch {marker};(true", "$(touch {marker})", "`touch {marker}`"])
+def test_wait_for_port_passes_the_address_to_bash_as_an_argument_never_as_code(address, tmp_path):
+    marker = tmp_path / "P"
+    command = ray_node.wait_for_port_command(address.format(marker=marker), 1, 1)
+    subprocess.run(["bash", "-c", command], capture_output=True, timeout=30)
+    assert not marker.exists()
+
+
+def test_wait_for_port_returns_once_the_port_answers():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        command = ray_node.wait_for_port_command("127.0.0.1", sock.getsockname()[1], 10)
+        assert subprocess.run(["bash", "-c", command], capture_output=True, timeout=30).returncode == 0
 
 
 def test_unit_supervises_the_named_container():

@@ -12,6 +12,7 @@ from deploy import schema, settings
 from deploy.schema import InventoryError, Problem, check_inventory, validate_cluster, validate_host
 
 Host = tuple[str, dict[str, Any], str]
+EXPECTED_PACKAGES = "a list of package names (letters, digits, + . _ : = ~ * -; never starting with -)"
 
 
 def head(**data: Any) -> Host:
@@ -62,7 +63,7 @@ def prod_cluster() -> list[Host]:
                                 "ray_object_store_bytes": 200 * 2**30}, "192.0.2.11"),
         ("gpu-02.lab.example", {**common, "ray_node_ip": "192.0.2.12", "ray_num_gpus": 8}, "192.0.2.12"),
         ("gpu-03.lab.example", {**common, "ray_node_ip": "192.0.2.13", "ray_num_gpus": 4,
-                                "ray_resources": {"nvme": 1, "fast_disk.v2": 0.5}}, "192.0.2.13"),
+                                "ray_resources": {"nvme": 1, "fast_disk.v2": 2}}, "192.0.2.13"),
     ]  # fmt: skip
 
 
@@ -192,7 +193,7 @@ def test_port_inside_the_worker_range():
 def test_worker_range_upside_down():
     p = only(validate_cluster([head(ray_ports={"worker_min": 12000, "worker_max": 11000})]))
     assert (p.key, p.value) == ("ray_ports", {"worker_min": 12000, "worker_max": 11000})
-    assert p.expected == "worker_min <= worker_max"
+    assert p.expected == "worker_min below worker_max (Ray's rule)"
 
 
 def test_unknown_port_name():
@@ -217,11 +218,11 @@ def test_ray_image_differs_across_hosts():
     assert "worker-1: 'rayproject/ray:2.60.0-py311-cpu'" in p.value
 
 
-@pytest.mark.parametrize("value", ["16 GB", "16gb", "", 16, "lots"])
+@pytest.mark.parametrize("value", ["16 GB", "16gb", "", 16, "lots", "0", "00g", "16g\n"])
 def test_bad_shm_size(value):
     p = only(validate_cluster([head(ray_shm_size=value)]))
     assert (p.key, p.value) == ("ray_shm_size", value)
-    assert p.expected == '"auto" or a size such as "16g"'
+    assert p.expected == '"auto" or a size above 0 such as "16g"'
 
 
 def test_bad_image_pull_policy():
@@ -243,7 +244,7 @@ def test_bad_image_pull_policy():
 def test_bad_registry_auth_shape(auth):
     p = only(validate_cluster([head(docker_registry_auth=auth)]))
     assert p.key == "docker_registry_auth"
-    assert p.expected == "null or {registry, username, password}"
+    assert p.expected == "null or {registry (host[:port]), username (without ':'), password}, each one line"
     assert "pw-SECRET" not in str(p)
 
 
@@ -269,17 +270,29 @@ def test_secrets_never_appear_in_problems(key, auth):
     "key,value,expected",
     [
         ("ray_role", "master", '"head" or "worker"'),
-        ("ray_resources", {"nvme": -1}, "a mapping of resource name to a non-negative number"),
-        ("ray_resources", {"bad name": 1}, "a mapping of resource name to a non-negative number"),
+        (
+            "ray_resources",
+            {"nvme": -1},
+            "a mapping of resource name to a whole number of at least 0 (Ray refuses fractions)",
+        ),
+        (
+            "ray_resources",
+            {"bad name": 1},
+            "a mapping of resource name to a whole number of at least 0 (Ray refuses fractions)",
+        ),
         ("ray_object_store_bytes", 1024, "null or a number of bytes of at least 75 MiB (Ray's minimum)"),
         ("ray_version", "2.60", 'a Ray version such as "2.60.0"'),
         ("ray_image", "ray project/ray", "an image reference (registry/name:tag or @sha256:digest)"),
         ("ray_ulimit_nofile", 100, "null (the image's default) or an integer of at least 1024"),
         ("docker_source", "snap", '"distro" or "docker"'),
         ("docker_registry_mirrors", ["mirror.lab"], "a list of http(s) URLs"),
-        ("docker_insecure_registries", "10.0.0.5:5000", "a list of strings"),
+        (
+            "docker_insecure_registries",
+            "10.0.0.5:5000",
+            'a list of registries (host:port) or networks, e.g. ["10.0.0.5:5000"]',
+        ),
         ("docker_log_opts", {"max-file": 3}, "a mapping of json-file log options to strings"),
-        ("base_extra_packages", ["htop", ""], "a list of strings"),
+        ("base_extra_packages", ["htop", ""], EXPECTED_PACKAGES),
         ("base_wait_timeout_s", -1, "a non-negative number of seconds"),
     ],
 )
@@ -368,7 +381,10 @@ def test_security_and_storage_settings_in_use_are_valid():
         "firewall_admin_cidrs": ["203.0.113.0/24", "2001:db8::/32", "198.51.100.7"],
         "firewall_extra_tcp_ports": [8000, "9000-9010"],
         "storage_nfs_server": "head-1",
-        "storage_nfs_exports": [{"path": "/srv/shared"}, {"path": "/srv/ckpt", "options": "rw,sync,no_root_squash"}],
+        "storage_nfs_exports": [
+            {"path": "/srv/shared"},
+            {"path": "/srv/ckpt", "options": "rw,sync,no_root_squash", "allow_unsafe": True},
+        ],
         "storage_nfs_mounts": [NFS_MOUNT, {**NFS_MOUNT, "server": "head-1", "path": "/mnt/my-ckpt"}],
         "storage_s3_mounts": [
             {**S3_MOUNT, "read_only": True, "endpoint_url": "http://10.0.0.9:9000", "path_style": True},

@@ -179,7 +179,8 @@ def test_probe_fails_fast_with_a_message_naming_server_export_and_path():
     with socket.socket() as sock:  # a port that was just free: nothing listens there
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    command = nfs.probe_command("127.0.0.1", "filer:/vol/data at /mnt/data", "gpu01").replace("/2049", f"/{port}")
+    command = nfs.probe_command("127.0.0.1", "filer:/vol/data at /mnt/data", "gpu01")
+    command = command.replace(" 127.0.0.1 2049 ", f" 127.0.0.1 {port} ")
     started = time.monotonic()
     proc = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=30)
     assert proc.returncode == 1
@@ -193,13 +194,24 @@ def test_probe_passes_when_the_port_answers():
         sock.bind(("127.0.0.1", 0))
         sock.listen()
         port = sock.getsockname()[1]
-        command = nfs.probe_command("127.0.0.1", "x", "h").replace("/2049", f"/{port}")
+        command = nfs.probe_command("127.0.0.1", "x", "h").replace(" 127.0.0.1 2049 ", f" 127.0.0.1 {port} ")
         assert subprocess.run(["bash", "-c", command], capture_output=True, timeout=30).returncode == 0
 
 
 def test_probe_is_bounded_in_time():
     command = nfs.probe_command("10.0.0.1", "x", "h")
-    assert command.startswith(f"timeout {nfs.PROBE_TIMEOUT_S} bash -c '</dev/tcp/10.0.0.1/2049'")
+    assert command.startswith(f'timeout {nfs.PROBE_TIMEOUT_S} bash -c \'</dev/tcp/"$1"/"$2"\' _ 10.0.0.1 2049 ')
+
+
+HOSTILE_ADDRESSES = ["10.0.0.1%x/1);touch {marker};(true", "$(touch {marker})", "`touch {marker}`", "x;touch {marker}"]
+
+
+@pytest.mark.parametrize("address", HOSTILE_ADDRESSES)
+def test_probe_passes_the_address_to_bash_as_an_argument_never_as_code(address, tmp_path):
+    marker = tmp_path / "P"
+    command = nfs.probe_command(address.format(marker=marker), "x", "h")
+    subprocess.run(["bash", "-c", command], capture_output=True, timeout=30)
+    assert not marker.exists()
 
 
 def test_activate_commands_are_bounded_and_say_where_to_look():

@@ -176,6 +176,8 @@ APT_DOCKER_LIST = "/etc/apt/sources.list.d/docker.list"
 DNF_DOCKER_REPO = "/etc/yum.repos.d/docker-ce.repo"
 DAEMON_JSON = "/etc/docker/daemon.json"
 REGISTRY_CONFIG = "/etc/rayrig/docker/config.json"
+SSH_HOME = "/home/rayrig"  # the SSH user's home (``echo ~``)
+UPLOAD_DIR = f"{SSH_HOME}/.rayrig-upload"  # where uploads through sudo pass
 
 # --- NVIDIA (hosts with GPUs only), written out from NVIDIA's install guides -----------------------
 
@@ -333,6 +335,8 @@ def expected_dirs(os_name: str, data: Mapping[str, Any], *, gpus: int = 0) -> di
     """path -> mode of every directory rayrig creates on a host with ``data`` (and ``gpus``)."""
     s = settings.merge(data)
     dirs = {"/etc/docker": 755}
+    if data.get("_sudo"):
+        dirs[UPLOAD_DIR] = 700
     if FAMILY[os_name] == "apt" and (uses_docker_repo(os_name, s["docker_source"]) or gpus):
         dirs["/etc/apt/keyrings"] = 755
     if s["docker_registry_auth"]:
@@ -491,6 +495,8 @@ def fake_responses(
         f"RAYRIG_MEM_KB={mem_kb}",
         f"RAYRIG_NOFILE_HARD={nofile_hard if nofile_hard is not None else 'unlimited'}",
     ]
+    # The SSH user's home (read as that user, for the private upload directory)
+    responses["echo ~"] = [SSH_HOME]
     # CloudInitRunning
     responses["cloud-init status"] = ["status: running"] if cloud_init_running else ["status: done"]
     # NvidiaDevices, and the uptime that server.reboot compares

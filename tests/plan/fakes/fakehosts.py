@@ -33,7 +33,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from deploy import auth, nfs, ray_node, settings
+from deploy import auth, env_secret, nfs, ray_node, settings
 from deploy.docker import merge_daemon_config
 from deploy.ray_image import registry_config
 from deploy.storage import mount_points
@@ -321,6 +321,8 @@ def expected_files(
     files[f"/etc/systemd/system/{name}.service"] = (ray_node.unit_text(name, mount_points(s)), 644)
     if s["ray_auth"] == "token":
         files[auth.NODE_TOKEN_PATH] = (auth.read_token(auth.ensure_token(s)) + "\n", 600)
+    if s["ray_env_secret"]:
+        files[env_secret.ENV_FILE] = (env_secret.env_file_text(s["ray_env_secret"]), 600)
     return files
 
 
@@ -343,6 +345,8 @@ def expected_dirs(os_name: str, data: Mapping[str, Any], *, gpus: int = 0) -> di
         dirs["/etc/rayrig/docker"] = 700
     if s["ray_auth"] == "token":
         dirs[auth.NODE_TOKEN_DIR] = 700
+    if s["ray_env_secret"]:
+        dirs[env_secret.ENV_DIR] = 700
     return dirs
 
 

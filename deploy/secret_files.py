@@ -19,8 +19,6 @@ from pyinfra.api.exceptions import PyinfraError
 from pyinfra.facts.server import Home
 from pyinfra.operations import files
 
-from deploy.settings import host_data
-
 #: The private upload directory, in the SSH user's home.
 UPLOAD_DIR_NAME = ".rayrig-upload"
 #: The global arguments that make pyinfra upload through a temp file (and run as another user).
@@ -31,11 +29,6 @@ AS_SSH_USER: dict[str, Any] = {key: False for key in ESCALATION}
 
 class UploadDirError(PyinfraError):
     """The SSH user's private upload directory cannot be placed."""
-
-
-def escalates(data: dict[str, Any]) -> bool:
-    """Whether a host's operations run as another user than the SSH user (so uploads go through a temp file)."""
-    return any(data.get(key) for key in ESCALATION)
 
 
 def upload_dir(home: str | None, host_name: str) -> str:
@@ -53,18 +46,17 @@ def upload_dir(home: str | None, host_name: str) -> str:
 
 
 def private_uploads() -> None:
-    """Ensure the current host's uploads pass only through a 0700 directory of the SSH user's.
+    """Ensure the current host's uploads and downloads pass only through a 0700 directory of the SSH user's.
 
-    On a host whose operations use ``_sudo`` (or ``_doas``, ``_dzdo``), creates
-    ``~/.rayrig-upload`` as the SSH user, mode 0700, and makes it the temp
+    Creates ``~/.rayrig-upload`` as the SSH user, mode 0700, and makes it the temp
     directory (``_temp_dir``) of every later operation on that host: the registry
-    login, the Ray token and the S3 keys never touch ``/tmp``. A host reached as
-    root directly needs no temp file and gets nothing. A re-run plans nothing.
+    login, the Ray token and the S3 keys uploaded through sudo never touch
+    ``/tmp``, nor do the repository keys that ``files.download`` fetches into a temp
+    file before moving them in place (also as root, on a host reached as root). A
+    re-run plans nothing.
 
-        private_uploads()  # first, before any operation uploads a file
+        private_uploads()  # first, before any operation uploads or downloads a file
     """
-    if not escalates(host_data(host)):
-        return
     path = upload_dir(host.get_fact(Home, **AS_SSH_USER), host.name)
     # Every operation's default from here on (pyinfra's host data override). Set first: an operation
     # called with another default fails pyinfra's argument check when its facts are read.

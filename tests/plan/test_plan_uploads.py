@@ -53,6 +53,11 @@ def test_a_converged_host_with_sudo_plans_nothing_for_its_upload_directory(os_na
     assert run[HEAD].has_op("Create the private upload directory")
 
 
-def test_a_host_reached_as_root_uploads_directly_and_gets_no_directory():
-    run = run_deploy(reference_cluster("ubuntu22"))
-    assert not any(host.has_op("Create the private upload directory") for host in run.hosts.values())
+def test_a_host_reached_as_root_gets_the_directory_too_and_no_command_names_a_temp_file_in_tmp():
+    # Without sudo, files.download still fetches repository keys into a temp file, as root.
+    run = run_deploy(reference_cluster("debian12", data={"docker_source": "docker"}))
+    for host in run.hosts.values():
+        assert host.has_op("Create the private upload directory")
+        assert not host.commands_matching(r"/tmp/pyinfra-")
+        [key] = host.commands_matching(r"^\( curl -sSLf https://download.docker.com/linux/debian/gpg ")
+        assert f" -o {UPLOAD_DIR}/pyinfra-" in key

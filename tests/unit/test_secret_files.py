@@ -10,7 +10,7 @@ import pytest
 from pyinfra.api import Config, Inventory, State
 from pyinfra.connectors.ssh import SSHConnector
 
-from deploy.secret_files import UploadDirError, escalates, upload_dir
+from deploy.secret_files import UploadDirError, upload_dir
 
 
 def _ssh_connector() -> SSHConnector:
@@ -47,8 +47,3 @@ def test_the_upload_directory_is_in_the_ssh_users_home():
     for home in (None, "", "~", "relative/home", "/home/a b"):
         with pytest.raises(UploadDirError, match=r"host gpu-01: the SSH user's home directory is .*absolute path"):
             upload_dir(home, "gpu-01")
-
-
-def test_only_hosts_that_escalate_upload_through_a_temp_file():
-    assert escalates({"_sudo": True}) and escalates({"_doas": True})
-    assert not escalates({}) and not escalates({"_sudo": False})

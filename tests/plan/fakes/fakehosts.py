@@ -336,9 +336,7 @@ SYSTEM_DIRS = {
 def expected_dirs(os_name: str, data: Mapping[str, Any], *, gpus: int = 0) -> dict[str, int]:
     """path -> mode of every directory rayrig creates on a host with ``data`` (and ``gpus``)."""
     s = settings.merge(data)
-    dirs = {"/etc/docker": 755}
-    if data.get("_sudo"):
-        dirs[UPLOAD_DIR] = 700
+    dirs = {"/etc/docker": 755, UPLOAD_DIR: 700}
     if FAMILY[os_name] == "apt" and (uses_docker_repo(os_name, s["docker_source"]) or gpus):
         dirs["/etc/apt/keyrings"] = 755
     if s["docker_registry_auth"]:

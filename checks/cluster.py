@@ -242,6 +242,7 @@ def install_command(container: str, host_dir: str) -> str:
         [
             f"tar -xzf {h}/checks.tgz -C {h}",
             f"d=$(docker exec {c} mktemp -d -t {WORKDIR_TEMPLATE})",
+            '[ -n "$d" ]',
             f'docker cp {h}/checks {c}:"$d"/',
             f"echo {DIR_MARKER}$d",
         ]

@@ -59,6 +59,7 @@ def test_the_checks_go_through_fresh_private_directories_named_by_mktemp():
     assert steps == [
         "tar -xzf '/tmp/rayrig-checks.A b'/checks.tgz -C '/tmp/rayrig-checks.A b'",
         "d=$(docker exec 'ray node' mktemp -d -t rayrig-checks.XXXXXXXXXX)",
+        '[ -n "$d" ]',  # never a copy into the container's root
         """docker cp '/tmp/rayrig-checks.A b'/checks 'ray node':"$d"/""",
         "echo RAYRIG_CHECKS_DIR=$d",
     ]
@@ -327,3 +328,35 @@ def test_the_directories_are_removed_when_a_step_raises(tmp_path):
     with pytest.raises(ConnectionError):
         run([head], {"head": settings(tmp_path)}, {"head": NO_GPUS})
     assert head.calls[-1] == ("cleanup", f"rm -rf -- {H}; docker exec --user root ray-node rm -rf -- {D}")
+
+
+def test_the_head_commands_work_in_a_real_shell(tmp_path):
+    """workdir, install and cleanup run by sh, with a docker whose container shares this machine's files."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "docker").write_text(
+        "#!/bin/sh\n"
+        'if [ "$1" = exec ]; then shift\n'
+        '  while [ "${1#--}" != "$1" ]; do shift 2; done\n'  # --user root, --workdir DIR
+        '  shift; exec "$@"\n'  # the container's name, then the command
+        'fi\n'
+        '[ "$1" = cp ] && exec cp -r "${2#*:}" "${3#*:}"\n'
+        "exit 2\n"
+    )
+    (bin_dir / "docker").chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "TMPDIR": str(tmp_path)}
+
+    def sh(command: str) -> list[str]:
+        done = subprocess.run(["sh", "-c", command], env=env, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.splitlines()
+
+    host_dir = cluster.made_dir(sh(cluster.workdir_command()))
+    assert host_dir and Path(host_dir).parent == tmp_path and Path(host_dir).stat().st_mode & 0o777 == 0o700
+    Path(host_dir, "checks.tgz").write_bytes(cluster.package_tarball().read())
+    container_dir = cluster.made_dir(sh(cluster.install_command("ray-node", host_dir)))
+    assert container_dir and container_dir != host_dir
+    assert Path(container_dir).stat().st_mode & 0o777 == 0o700
+    assert Path(container_dir, "checks", "cluster_state.py").is_file()
+    sh(cluster.cleanup_command("ray-node", host_dir, container_dir))
+    assert not Path(host_dir).exists() and not Path(container_dir).exists()

@@ -259,7 +259,7 @@ def test_s3_on_amazon_linux_uses_mountpoint():
     for name in HOSTS:
         host = run[name]
         (command,) = host.op("Install Mountpoint for Amazon S3").commands
-        assert f"curl -fsSL --retry 3 -o \"$d/mount-s3.rpm\" {MOUNTPOINT}.rpm && " in command
+        assert f'curl -fsSL --retry 3 -o "$d/mount-s3.rpm" {MOUNTPOINT}.rpm && ' in command
         assert f'echo "{"e" * 64}  $d/mount-s3.rpm" | sha256sum -c --quiet -' in command
         assert command.startswith("d=$(mktemp -d -t rayrig-mount-s3.XXXXXXXXXX) || exit 1; ")
         assert command.endswith(' && dnf install -y "$d/mount-s3.rpm"; rc=$?; rm -rf "$d"; exit $rc')

@@ -339,7 +339,7 @@ def test_the_head_commands_work_in_a_real_shell(tmp_path):
         'if [ "$1" = exec ]; then shift\n'
         '  while [ "${1#--}" != "$1" ]; do shift 2; done\n'  # --user root, --workdir DIR
         '  shift; exec "$@"\n'  # the container's name, then the command
-        'fi\n'
+        "fi\n"
         '[ "$1" = cp ] && exec cp -r "${2#*:}" "${3#*:}"\n'
         "exit 2\n"
     )

@@ -15,9 +15,12 @@ Four parts, one verdict:
    container, which drives every node through Ray.
 
 The checks package is copied into the head's ray-node container once, before
-the cluster state, and parts 2 to 4 run from that copy (``python -m``). The JSON
-report and the all-reduce plot are saved on this machine, in the head's ``checks_report_dir``.
-The checks observe and change nothing.
+the cluster state, and parts 2 to 4 run from that copy (``python -m``). The copy
+goes through a fresh private directory on the head (``mktemp -d``, 0700) and
+another inside the container, made for this run and removed at its end, failed
+or not: no fixed path in ``/tmp`` that another local user could claim first and
+fill with code of theirs. The JSON report and the all-reduce plot are saved on
+this machine, in the head's ``checks_report_dir``. The checks observe and change nothing.
 
 Example (what ``deploy/post_checks.py`` does with pyinfra's connections)::
 
@@ -30,10 +33,12 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import shlex
 import tarfile
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,8 +50,9 @@ from .node import Node
 from .verdict import FAIL, WARN, Reason, Verdict
 
 PACKAGE_DIR = Path(__file__).resolve().parent
-REMOTE_DIR = "/tmp/rayrig-checks"  # on the head host
-IN_CONTAINER_DIR = "/tmp/rayrig-checks"  # in the head's ray-node container
+WORKDIR_TEMPLATE = "rayrig-checks.XXXXXXXXXX"  # mktemp's: a fresh 0700 directory, on the head and in its container
+DIR_MARKER = "RAYRIG_CHECKS_DIR="  # the line that names the directory a command made
+_SAFE_DIR = re.compile(r"/[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*")
 CLUSTER_WAIT_S = 180  # how long the cluster state waits for every expected node to be alive
 
 
@@ -99,32 +105,34 @@ def run_checks(
     expected_ips = [d["address"] for d in declarations]
     aliases = {d["address"]: d["name"] for d in declarations if d["address"] != d["name"]}
 
-    head.put_file(package_tarball(), f"{REMOTE_DIR}.tgz")
-    head.run(install_command(container))  # a failed copy fails each step below, which says so
+    cluster_state = storage = bench = None  # storage None: no shared mounts, nothing in the report's text
+    with checks_on_head(head, container) as dirs:
+        if dirs is None:
+            reasons.append(Reason(FAIL, "could not copy the checks into the head's container"))
+        else:
+            ok, lines = head.run(cluster_state_command(container, expected_ips, workdir=dirs.container))
+            results = [line[len("RESULT ") :] for line in lines if line.startswith("RESULT ")]
+            cluster_state = json.loads(results[-1]) if ok and results else None
+            if cluster_state is None:
+                reasons.append(Reason(FAIL, "could not read the cluster state from the head container"))
+            else:
+                reasons += preflight.cluster_reasons(declarations, cluster_state)
 
-    ok, lines = head.run(cluster_state_command(container, expected_ips))
-    results = [line[len("RESULT ") :] for line in lines if line.startswith("RESULT ")]
-    cluster_state = json.loads(results[-1]) if ok and results else None
-    if cluster_state is None:
-        reasons.append(Reason(FAIL, "could not read the cluster state from the head container"))
-    else:
-        reasons += preflight.cluster_reasons(declarations, cluster_state)
+            mounts = shared_storage.storage_mounts({node.address: settings[node.name] for node in nodes})
+            if mounts:
+                progress(f"--> Shared storage: a round trip through {len(mounts)} mount(s) on every node")
+                _ok, lines = head.run(storage_command(container, mounts, workdir=dirs.container))
+                storage = shared_storage.parse_result(lines) or {
+                    "error": f"no result (timed out after {shared_storage.check_timeout()} s, or Python failed there)"
+                }
+                reasons += shared_storage.storage_reasons(storage, aliases)
+                storage["hosts"] = aliases
 
-    storage = None  # no shared mounts: nothing to check, nothing in the report's text
-    mounts = shared_storage.storage_mounts({node.address: settings[node.name] for node in nodes})
-    if mounts:
-        progress(f"--> Shared storage: a round trip through {len(mounts)} mount(s) on every node")
-        _ok, lines = head.run(storage_command(container, mounts))
-        storage = shared_storage.parse_result(lines) or {
-            "error": f"no result (timed out after {shared_storage.check_timeout()} s, or Python failed there)"
-        }
-        reasons += shared_storage.storage_reasons(storage, aliases)
-        storage["hosts"] = aliases
-
-    ok, _ = head.run(benchmark_command(container, head_settings, aliases, expected_ips), print_output=True)
-    bench = _fetch_report(head) if ok else None
-    if bench is None:
-        reasons.append(Reason(FAIL, "the benchmark did not produce a report"))
+            command = benchmark_command(container, head_settings, aliases, expected_ips, dirs)
+            ok, _ = head.run(command, print_output=True)
+            bench = _fetch_report(head, dirs.host) if ok else None
+            if bench is None:
+                reasons.append(Reason(FAIL, "the benchmark did not produce a report"))
 
     thresholds = {
         "matmul_min_fraction": head_settings["checks_matmul_min_fraction"],
@@ -144,6 +152,31 @@ def run_checks(
     return ChecksRun(verdict, result, json_path, plot_path)
 
 
+@dataclass(frozen=True)
+class HeadDirs:
+    """This run's private directories: ``host`` on the head, ``container`` in its ray-node container."""
+
+    host: str
+    container: str
+
+
+@contextmanager
+def checks_on_head(head: Node, container: str) -> Iterator[HeadDirs | None]:
+    """The checks package copied into the head's ``container`` through this run's private directories
+    (None when that failed); both directories are removed on the way out, whatever happened."""
+    host_dir = container_dir = None
+    try:
+        ok, lines = head.run(workdir_command())
+        host_dir = made_dir(lines) if ok else None
+        if host_dir and head.put_file(package_tarball(), f"{host_dir}/checks.tgz"):
+            ok, lines = head.run(install_command(container, host_dir))
+            container_dir = made_dir(lines) if ok else None
+        yield HeadDirs(host_dir, container_dir) if host_dir and container_dir else None
+    finally:
+        if host_dir:
+            head.run(cleanup_command(container, host_dir, container_dir))
+
+
 def declaration(node: Node, settings: Mapping[str, Any], detected_gpus: int | None) -> dict[str, Any]:
     """What the inventory declares for one node's Ray resources.
 
@@ -160,10 +193,10 @@ def declaration(node: Node, settings: Mapping[str, Any], detected_gpus: int | No
     }
 
 
-def _fetch_report(head: Node) -> dict[str, Any] | None:
+def _fetch_report(head: Node, host_dir: str) -> dict[str, Any] | None:
     with tempfile.TemporaryDirectory(prefix="rayrig-report-") as folder:
         local_copy = Path(folder) / "report.json"
-        if not head.get_file(f"{REMOTE_DIR}/report.json", str(local_copy)):
+        if not head.get_file(f"{host_dir}/report.json", str(local_copy)):
             return None
         return json.loads(local_copy.read_text())
 
@@ -187,56 +220,79 @@ def package_tarball() -> io.BytesIO:
     return buffer
 
 
-def install_command(container: str) -> str:
-    """The shell command that unpacks the copied tarball and puts the package in the head's ``container``.
+def workdir_command() -> str:
+    """The shell command that makes this run's private directory on the head (0700) and names it."""
+    return f"d=$(mktemp -d -t {WORKDIR_TEMPLATE}) && echo {DIR_MARKER}$d"
 
-    The previous run's package and report go first: what runs, and what is read back, is this run's.
-    """
-    c = shlex.quote(container)
+
+def made_dir(lines: list[str]) -> str | None:
+    """The directory named by :func:`workdir_command` or :func:`install_command` in their output (None
+    without one, or with a path that is not a plain absolute one)."""
+    named = [line.strip()[len(DIR_MARKER) :] for line in lines if line.strip().startswith(DIR_MARKER)]
+    if not named or not _SAFE_DIR.fullmatch(named[-1]) or "/../" in f"{named[-1]}/":
+        return None
+    return named[-1]
+
+
+def install_command(container: str, host_dir: str) -> str:
+    """The shell command that unpacks the copied tarball (``host_dir/checks.tgz``) and copies the package
+    into a fresh private directory of the head's ``container``, which it names (:func:`made_dir`)."""
+    c, h = shlex.quote(container), shlex.quote(host_dir)
     return " && ".join(
         [
-            f"mkdir -p {REMOTE_DIR}",
-            f"mv {REMOTE_DIR}.tgz {REMOTE_DIR}/checks.tgz",
-            f"rm -rf {REMOTE_DIR}/checks {REMOTE_DIR}/report.json",
-            f"tar -xzf {REMOTE_DIR}/checks.tgz -C {REMOTE_DIR}",
-            f"docker exec {c} rm -rf {IN_CONTAINER_DIR}/checks {IN_CONTAINER_DIR}/report.json",
-            f"docker exec {c} mkdir -p {IN_CONTAINER_DIR}",
-            f"docker cp {REMOTE_DIR}/checks {c}:{IN_CONTAINER_DIR}/",
+            f"tar -xzf {h}/checks.tgz -C {h}",
+            f"d=$(docker exec {c} mktemp -d -t {WORKDIR_TEMPLATE})",
+            '[ -n "$d" ]',
+            f'docker cp {h}/checks {c}:"$d"/',
+            f"echo {DIR_MARKER}$d",
         ]
     )
 
 
-def _in_container(container: str, module: str, *args: str) -> str:
-    """``python -m checks.<module> ARGS`` in ``container``, from the package :func:`install_command` put there."""
-    command = ["docker", "exec", "--workdir", IN_CONTAINER_DIR, container, "python", "-m", f"checks.{module}", *args]
+def cleanup_command(container: str, host_dir: str, container_dir: str | None) -> str:
+    """The shell command that removes this run's directories, on the head and in its ``container``."""
+    command = f"rm -rf -- {shlex.quote(host_dir)}"
+    if container_dir:  # as root: ``docker cp`` made the package root's, whoever the container runs as
+        command += f"; docker exec --user root {shlex.quote(container)} rm -rf -- {shlex.quote(container_dir)}"
+    return command
+
+
+def _in_container(container: str, workdir: str, module: str, *args: str) -> str:
+    """``python -m checks.<module> ARGS`` in ``container``, from the package :func:`install_command` put in
+    ``workdir``."""
+    command = ["docker", "exec", "--workdir", workdir, container, "python", "-m", f"checks.{module}", *args]
     return shlex.join(command)
 
 
-def cluster_state_command(container: str, expected_ips: list[str], wait_s: int = CLUSTER_WAIT_S) -> str:
+def cluster_state_command(container: str, expected_ips: list[str], wait_s: int = CLUSTER_WAIT_S, *,
+                          workdir: str) -> str:  # fmt: skip
     """The shell command that prints the cluster state once the expected nodes are alive (or time is up)."""
-    return _in_container(container, "cluster_state", "--expect", ",".join(sorted(expected_ips)), "--wait", str(wait_s))
+    expect = ",".join(sorted(expected_ips))
+    return _in_container(container, workdir, "cluster_state", "--expect", expect, "--wait", str(wait_s))
 
 
 def storage_command(
     container: str,
     mounts: list[dict[str, Any]],
     *,
+    workdir: str,
     read_wait_s: float = shared_storage.READ_WAIT_S,
     task_timeout_s: float = shared_storage.TASK_TIMEOUT_S,
 ) -> str:
     """The shell command that runs the shared-storage check in the head's ``container``, bounded by ``timeout``."""
     config = shared_storage.probe_config(mounts, read_wait_s=read_wait_s, task_timeout_s=task_timeout_s)
     limit = shared_storage.check_timeout(task_timeout_s, read_wait_s)
-    return f"timeout -k 10 {limit} " + _in_container(container, "storage_probe", json.dumps(config))
+    return f"timeout -k 10 {limit} " + _in_container(container, workdir, "storage_probe", json.dumps(config))
 
 
 def benchmark_command(container: str, settings: Mapping[str, Any], aliases: dict[str, str],
-                      expected_ips: list[str]) -> str:  # fmt: skip
-    """The shell command that runs the cluster benchmark in the head container and copies its report out."""
+                      expected_ips: list[str], dirs: HeadDirs) -> str:  # fmt: skip
+    """The shell command that runs the cluster benchmark in the head container and copies its report out
+    (into ``dirs.host``)."""
     args = [
         "--cluster",
         "--expect-nodes", ",".join(sorted(expected_ips)),
-        "--out", f"{IN_CONTAINER_DIR}/report.json",
+        "--out", f"{dirs.container}/report.json",
         "--matmul-min-fraction", str(settings["checks_matmul_min_fraction"]),
         "--membw-min-fraction", str(settings["checks_membw_min_fraction"]),
         "--outlier-fraction", str(settings["checks_outlier_fraction"]),
@@ -246,12 +302,11 @@ def benchmark_command(container: str, settings: Mapping[str, Any], aliases: dict
         args.append("--quick")
     for ip, name in sorted(aliases.items()):
         args += ["--host-alias", f"{ip}={name}"]
-    c = shlex.quote(container)
+    report = shlex.quote(f"{container}:{dirs.container}/report.json")
     return " && ".join(
         [
-            f"{_in_container(container, 'benchmark', *args)}; status=$?",
-            f"docker cp {c}:{IN_CONTAINER_DIR}/report.json {REMOTE_DIR}/report.json",
-            f"chmod 644 {REMOTE_DIR}/report.json",
+            f"{_in_container(container, dirs.container, 'benchmark', *args)}; status=$?",
+            f"docker cp {report} {shlex.quote(dirs.host + '/report.json')}",
             "exit $(( status > 1 ? status : 0 ))",
         ]
     )

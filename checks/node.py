@@ -7,8 +7,8 @@ over the connections pyinfra holds; a test, with a fake) hands them one
 Example::
 
     ok, lines = node.run("docker inspect --format '{{.State.Running}}' ray-node")
-    node.put_file(io.BytesIO(b"..."), "/tmp/rayrig-checks.tgz")
-    if node.get_file("/tmp/rayrig-checks/report.json", "/tmp/report.json"): ...
+    node.put_file(io.BytesIO(b"..."), f"{private_dir}/checks.tgz")   # a directory made with mktemp -d
+    if node.get_file(f"{private_dir}/report.json", local_path): ...
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ from typing import Any
 
 from pyinfra import host
 from pyinfra.api import deploy
+from pyinfra.api.exceptions import PyinfraError
 from pyinfra.facts.deb import DebPackages
 from pyinfra.facts.rpm import RpmPackages
 from pyinfra.operations import apt, dnf, files, server
@@ -50,17 +51,38 @@ def install_packages(names: list[str] | tuple[str, ...], name: str) -> None:
         dnf.packages(name=name, packages=missing)
 
 
-def signed_apt_repository(what: str, key_url: str, keyring: str, list_path: str, line: str) -> None:
+class RepositoryKeyError(PyinfraError):
+    """A repository's signing key would come over plain HTTP."""
+
+
+def require_https_key(setting: str, key_url: str, host_name: str) -> None:
+    """Stop unless a repository's signing key comes over https: the key is what every package of the
+    repository is checked against, so whoever could replace it could replace them all.
+
+    >>> require_https_key("docker_repo_url", "https://download.docker.com/linux/ubuntu/gpg", "gpu-01")
+    """
+    if not key_url.startswith("https://"):
+        raise RepositoryKeyError(
+            f"host {host_name}: {setting}: the repository's signing key would be fetched from {key_url!r} over "
+            "plain HTTP, where anyone on the path can replace it; expected an https:// URL"
+        )
+
+
+def signed_apt_repository(what: str, key_url: str, keyring: str, list_path: str, line: str, *, setting: str) -> None:
     """An apt repository signed by its own key: the key in ``keyring``, ``line`` in ``list_path``.
 
-    ``what`` names it in the operations, e.g. "Docker's" or "the CUDA".
+    ``what`` names it in the operations, e.g. "Docker's" or "the CUDA"; ``setting`` is the data
+    key its URL comes from. The key must come over https (:func:`require_https_key`).
     """
+    require_https_key(setting, key_url, host.name)
     files.download(name=f"Download {what} repository key", src=key_url, dest=keyring, mode="644")
     files.put(name=f"Add {what} apt repository", src=StringIO(line), dest=list_path, mode="644")
 
 
-def dnf_repository(what: str, path: str, template: str, **values: Any) -> None:
-    """A dnf repository file at ``path`` from ``template`` (its gpgkey inside) filled with ``values``."""
+def dnf_repository(what: str, path: str, template: str, *, setting: str, key_url: str, **values: Any) -> None:
+    """A dnf repository file at ``path`` from ``template`` filled with ``values``; its gpgkey
+    (``key_url``, from the data key ``setting``) must be https, which dnf fetches it over."""
+    require_https_key(setting, key_url, host.name)
     put_template(f"Add {what} dnf repository", template, path, **values)
 
 

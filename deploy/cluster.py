@@ -15,11 +15,13 @@ from deploy.nvidia import nvidia
 from deploy.post_checks import post_deploy_checks
 from deploy.ray_image import ray_image
 from deploy.ray_node import ray_node
+from deploy.secret_files import private_uploads
 from deploy.storage import storage
 from deploy.validate import validate_once
 
 validate_once(host.state, inventory)
 
+private_uploads()
 base()
 docker()
 ray_image()

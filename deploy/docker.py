@@ -95,9 +95,12 @@ def _docker_repository(plat: Platform, repo_url: str) -> None:
             keyring=APT_KEYRING,
             list_path="/etc/apt/sources.list.d/docker.list",
             line=f"deb [arch={arch} signed-by={APT_KEYRING}] {base} {plat.codename} stable\n",
+            setting="docker_repo_url",
         )
     else:
-        dnf_repository("Docker's", DNF_REPO, "docker-ce.repo.j2", base=base)
+        dnf_repository(
+            "Docker's", DNF_REPO, "docker-ce.repo.j2", setting="docker_repo_url", key_url=f"{base}/gpg", base=base
+        )
 
 
 @deploy("Docker")

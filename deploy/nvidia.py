@@ -329,9 +329,15 @@ def _cuda_repository(plat: Platform, nos: NvidiaOs, repo_url: str) -> None:
             keyring=CUDA_KEYRING,
             list_path=cuda_apt_list(nos, arch),
             line=cuda_apt_source(repo_url, nos, arch),
+            setting="nvidia_cuda_repo_url",
         )
     else:
-        dnf_repository("the CUDA", cuda_dnf_repo_path(nos), CUDA_DNF_TEMPLATE, **_cuda_dnf_values(repo_url, nos, arch))
+        values = _cuda_dnf_values(repo_url, nos, arch)
+        key_url = f"{values['base']}/{values['key']}"
+        dnf_repository(
+            "the CUDA", cuda_dnf_repo_path(nos), CUDA_DNF_TEMPLATE, setting="nvidia_cuda_repo_url", key_url=key_url,
+            **values,
+        )  # fmt: skip
 
 
 def _driver(plat: Platform, nos: NvidiaOs, settings: dict[str, Any], installed: dict[str, Any]) -> tuple[list, bool]:
@@ -384,9 +390,14 @@ def _toolkit(plat: Platform, settings: dict[str, Any], installed: dict[str, Any]
             keyring=TOOLKIT_KEYRING,
             list_path=TOOLKIT_APT_LIST,
             line=toolkit_apt_source(url),
+            setting="nvidia_toolkit_repo_url",
         )
     else:
-        dnf_repository("the NVIDIA Container Toolkit", TOOLKIT_DNF_REPO, TOOLKIT_DNF_TEMPLATE, base=url.rstrip("/"))
+        base = url.rstrip("/")
+        dnf_repository(
+            "the NVIDIA Container Toolkit", TOOLKIT_DNF_REPO, TOOLKIT_DNF_TEMPLATE,
+            setting="nvidia_toolkit_repo_url", key_url=f"{base}/gpgkey", base=base,
+        )  # fmt: skip
     if toolkit_current(installed, version):
         return []
     specs = toolkit_specs(plat.family, version)

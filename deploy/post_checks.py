@@ -14,6 +14,8 @@ settings and GPU facts, and prints what they found.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import IO, Any
 
 import click
@@ -28,6 +30,7 @@ from checks.verdict import FAIL, Verdict
 from deploy.facts import NvidiaDevices
 from deploy.memo import run_memo
 from deploy.ray_node import head_host
+from deploy.secret_files import AS_SSH_USER, ESCALATION
 from deploy.settings import host_data, host_settings, node_address
 
 
@@ -78,27 +81,56 @@ class _RunChecks(BaseStateCallback):
 class PyinfraNode:
     """A pyinfra host as the checks' :class:`checks.node.Node`: commands over pyinfra's connection.
 
-    Commands run with the host's ``_sudo`` (from its data), as the deploy's operations do.
+    Commands and file transfers run with the host's ``_sudo`` (from its data), as the deploy's
+    operations do. A transfer through sudo passes through a fresh 0700 directory of the SSH
+    user's (``mktemp -d``), removed afterwards, never through pyinfra's default ``/tmp/pyinfra-*``.
     """
 
     def __init__(self, host: Any):
         self.host = host
         self.name: str = host.name
         self.address: str = node_address(host)
+        data = host_data(host)
+        self.escalation = {key: True for key in ESCALATION if data.get(key)}
 
     def run(self, command: str, print_output: bool = False) -> tuple[bool, list[str]]:
         """Run ``command`` on the host; its success and its stdout lines."""
-        sudo = bool(host_data(self.host).get("_sudo"))
-        ok, output = self.host.run_shell_command(StringCommand(command), print_output=print_output, _sudo=sudo)
+        ok, output = self.host.run_shell_command(StringCommand(command), print_output=print_output, **self.escalation)
         return ok, output.stdout_lines
 
     def put_file(self, source: IO[bytes], remote_path: str) -> bool:
         """Upload ``source`` to ``remote_path``."""
-        return bool(self.host.put_file(source, remote_path))
+        with self._staging() as staging:
+            if staging is None:
+                return False
+            temp = {"remote_temp_filename": f"{staging}/upload"} if staging else {}
+            return bool(self.host.put_file(source, remote_path, **temp, **self.escalation))
 
     def get_file(self, remote_path: str, local_path: str) -> bool:
         """Download ``remote_path`` to ``local_path``."""
-        return bool(self.host.get_file(remote_path, local_path))
+        with self._staging() as staging:
+            if staging is None:
+                return False
+            temp = {"remote_temp_filename": f"{staging}/download"} if staging else {}
+            return bool(self.host.get_file(remote_path, local_path, **temp, **self.escalation))
+
+    @contextmanager
+    def _staging(self) -> Iterator[str | None]:
+        """A fresh 0700 directory of the SSH user's for one transfer through sudo, removed afterwards
+        ("" when the host needs none; None when it could not be made)."""
+        if not self.escalation:
+            yield ""
+            return
+        make = StringCommand("mktemp", "-d", "-t", "rayrig-transfer.XXXXXXXXXX")
+        ok, output = self.host.run_shell_command(make, **AS_SSH_USER)
+        path = output.stdout_lines[-1].strip() if ok and output.stdout_lines else ""
+        if not path.startswith("/"):
+            yield None
+            return
+        try:
+            yield path
+        finally:
+            self.host.run_shell_command(StringCommand("rm", "-rf", "--", path), **AS_SSH_USER)
 
 
 def run_checks(state: Any) -> Verdict:

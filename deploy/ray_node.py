@@ -31,7 +31,7 @@ from pyinfra.api import deploy
 from pyinfra.api.exceptions import PyinfraError
 from pyinfra.operations import files, server, systemd
 
-from deploy import auth
+from deploy import auth, env_secret
 from deploy.facts import ContainerState, HostInfo, NvidiaDevices, fact
 from deploy.secret_files import put_secret_file
 from deploy.settings import host_data, host_settings, merge, node_address
@@ -171,6 +171,7 @@ def docker_run_args(
         args.append(f"--ulimit=nofile={nofile}:{nofile}")
     env = {**settings["ray_env"], **auth.container_env(settings)}
     args += [f"--env={name}={value}" for name, value in sorted(env.items())]
+    args += env_secret.run_args(settings)  # ray_env_secret: from a 0600 file, never on the command line
     if settings["ray_auth"] == "token":
         token = auth.NODE_TOKEN_PATH
         args += [f"--label={TOKEN_LABEL}={token_digest}", f"--mount=type=bind,src={token},dst={token},readonly"]
@@ -223,6 +224,7 @@ def desired_run_args(current_host: Any) -> tuple[str, list[str]]:
     settings = host_settings(current_host)
     info = fact(current_host, HostInfo)
     role = settings["ray_role"]
+    env_secret.check_env_secret(settings, current_host.name)
     num_gpus = resolve_num_gpus(
         settings["ray_num_gpus"],
         fact(current_host, NvidiaDevices),
@@ -264,6 +266,20 @@ def ray_node() -> None:
         # 0600 and owned by the user the container runs as (root in rayrig's image, ray in Ray's).
         uid = f"docker run --rm --network=none --entrypoint id {shlex.quote(settings['ray_image'])} -u"
         own_token = [f'chown "$({uid})" {auth.NODE_TOKEN_PATH}']
+
+    if settings["ray_env_secret"]:
+        files.directory(
+            name="Create the directory of ray-node's secret environment", path=env_secret.ENV_DIR, mode="700"
+        )
+        put_secret_file(
+            name="Store ray-node's secret environment (ray_env_secret)",
+            src=StringIO(env_secret.env_file_text(settings["ray_env_secret"])),
+            dest=env_secret.ENV_FILE,
+        )
+    else:
+        files.file(
+            name="Remove ray-node's secret environment (no ray_env_secret)", path=env_secret.ENV_FILE, present=False
+        )
 
     unit = put_template(
         f"Install the {name} systemd unit",

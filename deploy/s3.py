@@ -6,11 +6,15 @@ unit from ``templates/s3fs.mount.j2``; Mountpoint for Amazon S3 (``"driver":
 ``rayrig-s3-<path>.service`` from ``templates/mountpoint-s3.service.j2``. Credentials
 come from the EC2 instance profile, or from a 0600 file per bucket in
 ``CREDENTIALS_DIR`` that no printed command contains. ``deploy.storage`` calls
-``s3_mount`` for each mount.
+``s3_mount`` for each mount. Mountpoint itself is the version the data pins
+(``storage_mountpoint_version``), downloaded from ``storage_mountpoint_url`` into a
+private temp directory and installed only if its sha256 is the one the data gives
+(``storage_mountpoint_sha256``).
 """
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Mapping
 from io import StringIO
@@ -38,7 +42,6 @@ S3FS_UMASK = "0022"  # read-only mounts: every user (and ray-node's, whichever i
 S3FS_UMASK_WRITABLE = "0000"  # writable mounts: every user writes too; the bucket's credentials are the gate
 
 EPEL_RHEL_URL = "https://dl.fedoraproject.org/pub/epel/epel-release-latest-9.noarch.rpm"
-MOUNTPOINT_URL = "https://s3.amazonaws.com/mountpoint-s3-release/latest/{arch}/mount-s3.{ext}"
 MOUNTPOINT_PACKAGE = "mount-s3"
 MOUNTPOINT_BIN = "/usr/bin/mount-s3"
 MOUNTPOINT_ARCH = {"x86_64": "x86_64", "aarch64": "arm64"}
@@ -183,17 +186,42 @@ def s3fs_packages(plat: Platform) -> tuple[str, ...]:
     return ("s3fs",) if plat.family == "apt" else ("s3fs-fuse",)
 
 
-def mountpoint_install_command(plat: Platform, arch: str) -> str:
-    """A command that installs Mountpoint for Amazon S3 from AWS's download site."""
+def mountpoint_package(settings: Mapping[str, Any], plat: Platform, arch: str, host_name: str) -> tuple[str, str]:
+    """(URL, sha256) of the Mountpoint package a host installs, from the data; stop when the data
+    has no checksum for it (nothing is installed unverified)."""
     cpu = MOUNTPOINT_ARCH.get(arch, arch)
-    if plat.family == "apt":
-        url = MOUNTPOINT_URL.format(arch=cpu, ext="deb")
-        deb = "/tmp/rayrig-mount-s3.deb"
-        return (
-            f"curl -fsSL --retry 3 -o {deb} {shlex.quote(url)} && "
-            f"DEBIAN_FRONTEND=noninteractive apt-get install -y {deb}; rc=$?; rm -f {deb}; exit $rc"
+    ext = "deb" if plat.family == "apt" else "rpm"
+    version = settings["storage_mountpoint_version"]
+    url = settings["storage_mountpoint_url"]
+    for name, value in (("{version}", version), ("{arch}", cpu), ("{ext}", ext)):
+        url = url.replace(name, value)
+    digest = settings["storage_mountpoint_sha256"].get(f"{cpu}.{ext}")
+    if not digest:
+        raise StorageError(
+            f"host {host_name}: storage_mountpoint_sha256 has no {cpu}.{ext!s} entry: expected the sha256 of "
+            f"{url} (Mountpoint for Amazon S3 {version}), which is checked before it is installed; "
+            f"e.g. curl -fsSL {shlex.quote(url)} | sha256sum"
         )
-    return f"dnf install -y {shlex.quote(MOUNTPOINT_URL.format(arch=cpu, ext='rpm'))}"
+    return url, digest
+
+
+def mountpoint_install_command(plat: Platform, url: str, sha256: str) -> str:
+    """A command that downloads Mountpoint's package from ``url`` into a private temp directory and
+    installs it only if its sha256 is ``sha256``; the directory goes, whatever happened."""
+    if not re.fullmatch(r"[0-9a-f]{64}", sha256):
+        raise ValueError(f"expected a sha256 of 64 hex digits, got {sha256!r}")
+    ext = "deb" if plat.family == "apt" else "rpm"
+    if plat.family == "apt":
+        install = f'DEBIAN_FRONTEND=noninteractive apt-get install -y "$d/mount-s3.{ext}"'
+    else:
+        install = f'dnf install -y "$d/mount-s3.{ext}"'
+    mismatch = shlex.quote(f"{url}: its sha256 is not the one in storage_mountpoint_sha256")
+    steps = [
+        f'curl -fsSL --retry 3 -o "$d/mount-s3.{ext}" {shlex.quote(url)}',
+        f'{{ echo "{sha256}  $d/mount-s3.{ext}" | sha256sum -c --quiet - || {{ echo {mismatch} >&2; false; }}; }}',
+        install,
+    ]
+    return f'd=$(mktemp -d -t rayrig-mount-s3.XXXXXXXXXX) || exit 1; {" && ".join(steps)}; rc=$?; rm -rf "$d"; exit $rc'
 
 
 def check_credentials(credentials: Mapping[str, str] | None, host_name: str) -> None:

@@ -304,6 +304,29 @@ PROPERTIES: dict[str, dict[str, Any]] = {
     "checks_report_dir": {"type": "string", "pattern": _LOCAL_PATH, "x-expected": "a folder path"},
     "ray_cluster_name": {"type": "string", "pattern": _NAME, "x-expected": "a name of letters, digits, . _ -"},
     "base_wait_timeout_s": {"type": "integer", "minimum": 0, "x-expected": "a non-negative number of seconds"},
+    # Secrets in transit and what is installed unverified: workload secrets in a 0600 env file, Mountpoint pinned.
+    "ray_env_secret": {
+        "type": "object",
+        "additionalProperties": {"type": "string", "pattern": r"^[^\n\r\x00]*\Z"},
+        "propertyNames": {"pattern": r"^[A-Za-z_][A-Za-z0-9_]*\Z"},
+        "x-expected": "a mapping of environment variable names to one-line strings",
+    },
+    "storage_mountpoint_version": {
+        "type": "string",
+        "pattern": r"^[0-9]+\.[0-9]+\.[0-9]+\Z",
+        "x-expected": 'a Mountpoint for Amazon S3 version such as "1.24.0"',
+    },
+    "storage_mountpoint_url": {
+        "type": "string",
+        "pattern": r"^https?://[A-Za-z0-9._~:/?#@!$&*+,;=%{}-]+\Z",
+        "x-expected": "an http(s) URL of the package, with {version}, {arch} and {ext} where they go",
+    },
+    "storage_mountpoint_sha256": {
+        "type": "object",
+        "propertyNames": {"pattern": r"^(x86_64|arm64)\.(deb|rpm)\Z"},
+        "additionalProperties": {"type": "string", "pattern": r"^[0-9a-f]{64}\Z"},
+        "x-expected": 'a mapping of "x86_64.deb", "x86_64.rpm", "arm64.deb", "arm64.rpm" to sha256 hex digests',
+    },
 }
 
 SCHEMA: dict[str, Any] = {

@@ -55,6 +55,7 @@ from deploy.s3 import (
     MOUNTPOINT_PACKAGE,
     check_credentials,
     mountpoint_install_command,
+    mountpoint_package,
     s3_credentials_path,
     s3_driver,
     s3_mount,
@@ -125,7 +126,11 @@ def _packages(plat: Platform, settings: dict[str, Any], is_server: bool, drivers
     if "mountpoint-s3" in drivers and missing_packages([MOUNTPOINT_PACKAGE]):
         server.shell(
             name="Install Mountpoint for Amazon S3",
-            commands=[mountpoint_install_command(plat, fact(host, HostInfo)["arch"])],
+            commands=[
+                mountpoint_install_command(
+                    plat, *mountpoint_package(settings, plat, fact(host, HostInfo)["arch"], host.name)
+                )
+            ],
         )
 
 

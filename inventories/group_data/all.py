@@ -35,6 +35,7 @@ ray_ports = {  # every port Ray listens on, pinned so that firewalls and securit
     "worker_max": 10999,  # last port of the worker range, every node
 }
 ray_env = {}  # environment of the ray-node container, e.g. {"NCCL_SOCKET_IFNAME": "eth0"}; not for secrets
+ray_env_secret = {}  # secret environment of ray-node (e.g. {"WANDB_API_KEY": ...}): a 0600 --env-file, never printed
 ray_head_wait_s = 120  # how long the deploy waits for the head's GCS port to answer before workers join
 ray_cluster_name = "cluster"  # names the cluster: its token in the state directory, its check reports
 ray_auth = "token"  # "token": Ray token authentication (one token per cluster); "none": no authentication
@@ -75,6 +76,11 @@ storage_nfs_exports = []
 storage_nfs_mounts = []  # [{"server": "10.0.0.5" or a host name, "export": "/srv/shared", "path": "/mnt/shared"}]
 storage_s3_mounts = []  # [{"bucket": "datasets", "path": "/mnt/datasets", "read_only": True, "endpoint_url": ...}]
 storage_s3_credentials = None  # {"access_key_id": ..., "secret_access_key": ...}; None: the EC2 instance profile
+storage_mountpoint_version = "1.24.0"  # Mountpoint for Amazon S3 installed where a mount uses it (if absent)
+storage_mountpoint_url = (  # where its package comes from (or a mirror of it); {version}, {arch}, {ext} filled in
+    "https://s3.amazonaws.com/mountpoint-s3-release/{version}/{arch}/mount-s3-{version}-{arch}.{ext}"
+)
+storage_mountpoint_sha256 = {}  # "x86_64.deb"/"x86_64.rpm"/"arm64.deb"/"arm64.rpm" -> sha256: checked before install
 
 # --- Base ------------------------------------------------------------------
 base_extra_packages = []  # more OS packages to install on every host

@@ -43,6 +43,8 @@ class Op:
     commands: list[str]
     uploads: dict[str, str | bytes]
     step: int = 0  # position in the run's operation order (pyinfra runs step n on every host before n + 1)
+    temp_paths: dict[str, str | None] = field(default_factory=dict)  # upload -> the temp file pyinfra would use
+    sudo: bool = False  # whether it runs through sudo (its ``_sudo``)
 
     @property
     def changed(self) -> bool:
@@ -100,16 +102,17 @@ class Run:
         return {name: [op.name for op in h.changes] for name, h in self.hosts.items() if h.changes}
 
 
-def record_uploads(connector: FakeConnector) -> list[tuple[str | None, str, str | bytes]]:
-    """Make a fake connector keep what it is asked to upload: (op hash, remote path, content).
+def record_uploads(connector: FakeConnector) -> list[tuple[str | None, str, str | bytes, str | None]]:
+    """Make a fake connector keep what it is asked to upload: (op hash, remote path, content, the
+    temp path an upload through sudo would pass through).
 
     The connector stays a plain ``FakeConnector`` (code that checks for one still sees one);
     only its ``put_file`` is wrapped.
     """
-    uploads: list[tuple[str | None, str, str | bytes]] = []
+    uploads: list[tuple[str | None, str, str | bytes, str | None]] = []
     put_file = connector.put_file
 
-    def recording_put_file(filename_or_io, remote_filename, *args, **kwargs):
+    def recording_put_file(filename_or_io, remote_filename, remote_temp_filename=None, *args, **kwargs):
         if hasattr(filename_or_io, "read"):
             filename_or_io.seek(0)
             content = filename_or_io.read()
@@ -119,8 +122,8 @@ def record_uploads(connector: FakeConnector) -> list[tuple[str | None, str, str 
         if isinstance(content, bytes):
             with contextlib.suppress(UnicodeDecodeError):  # a binary file stays bytes
                 content = content.decode()
-        uploads.append((connector.host.executing_op_hash, remote_filename, content))
-        return put_file(filename_or_io, remote_filename, *args, **kwargs)
+        uploads.append((connector.host.executing_op_hash, remote_filename, content, remote_temp_filename))
+        return put_file(filename_or_io, remote_filename, remote_temp_filename, *args, **kwargs)
 
     connector.put_file = recording_put_file  # type: ignore[method-assign]
     return uploads
@@ -187,15 +190,17 @@ def _collect(state: State, inventory: Inventory) -> Run:
                 elif not isinstance(command, FileUploadCommand):
                     commands.append(repr(command))
             op = Op(_op_name(state.get_op_meta(op_hash).names, op_data.global_arguments), commands, {}, step)
+            op.sudo = bool(op_data.global_arguments.get("_sudo"))
             assert meta.is_complete(), f"{host.name}: operation {op.name} did not run"
             assert meta.did_succeed(), f"{host.name}: operation {op.name} failed"
             by_hash[op_hash] = op
             run.ops.append(op)
-        for op_hash, path, content in host.connector.rayrig_uploads:
+        for op_hash, path, content, temp_path in host.connector.rayrig_uploads:
             op = by_hash.get(op_hash)
             if op is None:
                 run.other_uploads[path] = content
             else:
                 op.uploads[path] = content
+                op.temp_paths[path] = temp_path
         runs[host.name] = run
     return Run(runs)

@@ -94,8 +94,10 @@ def test_cloud_init_still_running_is_waited_for_first():
     hosts = reference_cluster("ubuntu22", options={HEAD: {"cloud_init_running": True}})
     run = run_deploy(hosts)
     head = run[HEAD]
-    assert head.changes[0].name == "Base | Wait for cloud-init to finish"
-    assert head.changes[0].commands == ["timeout 600 cloud-init status --wait >/dev/null || true"]
+    made, waited = head.changes[:2]  # the SSH user's private upload directory, then cloud-init, then the rest
+    assert made.name == "Create the private upload directory"
+    assert waited.name == "Base | Wait for cloud-init to finish"
+    assert waited.commands == ["timeout 600 cloud-init status --wait >/dev/null || true"]
     assert not run[CPU_WORKER].has_op("cloud-init")
 
 

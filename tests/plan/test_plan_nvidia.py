@@ -367,11 +367,11 @@ def test_driver_installed_but_not_loaded_is_not_installed_again(os_name):
 
 @pytest.mark.parametrize("os_name", ["debian12", "rocky9", "al2023"])
 def test_cuda_repository_for_the_driver_comes_from_data(os_name):
-    mirror = "http://mirror.lab.example/cuda/repos/"
+    mirror = "https://mirror.lab.example/cuda/repos/"
     data = {"nvidia_driver": "install", "nvidia_cuda_repo_url": mirror}
     host = run_deploy(gpu_cluster(os_name, data=data, driver=False))[GPU_WORKER]
     path, directory, key = EXPECT[os_name]["cuda"]
-    base = f"http://mirror.lab.example/cuda/repos/{directory}/x86_64"
+    base = f"https://mirror.lab.example/cuda/repos/{directory}/x86_64"
     if EXPECT[os_name]["family"] == "apt":
         assert host.uploads[path] == f"deb [signed-by=/etc/apt/keyrings/cuda-archive-keyring.asc] {base}/ /\n"
         download = host.op("Download the CUDA repository key").commands
@@ -481,7 +481,7 @@ def test_declared_count_must_match_the_device_list():
 
 @pytest.mark.parametrize("os_name", ["ubuntu24", "al2023"])
 def test_toolkit_repository_url_comes_from_data(os_name):
-    mirror = "http://mirror.lab.example/libnvidia-container"
+    mirror = "https://mirror.lab.example/libnvidia-container"
     host = run_deploy(gpu_cluster(os_name, data={"nvidia_toolkit_repo_url": mirror + "/"}))[GPU_WORKER]
     texts = host.commands + [str(v) for v in host.uploads.values()]
     assert any(f"{mirror}/stable/" in t for t in texts)

@@ -15,6 +15,8 @@ from tests.plan.test_cli_fake import command_lines, run_pyinfra
 MEMBERS = ("10.0.0.1", "10.0.0.2", "10.0.0.3")
 SECRET = "wJalrXUtnFEMI/K7MDENG+bPxRfiCYzEXAMPLEKEY"
 CREDENTIALS = {"access_key_id": "AKIAIOSFODNN7EXAMPLE", "secret_access_key": SECRET}
+MOUNTPOINT_SHA256 = {"x86_64.deb": "d" * 64, "x86_64.rpm": "e" * 64}
+MOUNTPOINT = "https://s3.amazonaws.com/mountpoint-s3-release/1.24.0/x86_64/mount-s3-1.24.0-x86_64"
 NFS = {
     "storage_nfs_server": HEAD,
     "storage_nfs_exports": [
@@ -39,6 +41,7 @@ S3 = {
         {"bucket": "checkpoints", "path": "/mnt/checkpoints", "endpoint_url": "http://10.0.0.5:9000"},
     ],
     "storage_s3_credentials": CREDENTIALS,
+    "storage_mountpoint_sha256": MOUNTPOINT_SHA256,
 }
 ALL = {**NFS, **S3}
 HOSTS = (HEAD, GPU_WORKER, CPU_WORKER)
@@ -260,9 +263,11 @@ def test_s3_on_amazon_linux_uses_mountpoint():
     run = run_deploy(reference_cluster("al2023", data=S3))
     for name in HOSTS:
         host = run[name]
-        assert host.op("Install Mountpoint for Amazon S3").commands == [
-            "dnf install -y https://s3.amazonaws.com/mountpoint-s3-release/latest/x86_64/mount-s3.rpm"
-        ]
+        (command,) = host.op("Install Mountpoint for Amazon S3").commands
+        assert f'curl -fsSL --retry 3 -o "$d/mount-s3.rpm" {MOUNTPOINT}.rpm && ' in command
+        assert f'echo "{"e" * 64}  $d/mount-s3.rpm" | sha256sum -c --quiet -' in command
+        assert command.startswith("d=$(mktemp -d -t rayrig-mount-s3.XXXXXXXXXX) || exit 1; ")
+        assert command.endswith(' && dnf install -y "$d/mount-s3.rpm"; rc=$?; rm -rf "$d"; exit $rc')
         assert not host.has_op("EPEL") and "s3fs" not in " ".join(host.commands)
         assert host.op(r"Write the S3 credentials for datasets").uploads == {
             "/etc/rayrig/s3/env-datasets": f"AWS_ACCESS_KEY_ID=AKIAIOSFODNN7EXAMPLE\nAWS_SECRET_ACCESS_KEY={SECRET}\n"
@@ -290,9 +295,26 @@ def test_mountpoint_chosen_in_data_on_ubuntu_comes_from_aws_as_a_deb():
     data = {**S3, "storage_s3_mounts": [{**S3["storage_s3_mounts"][1], "driver": "mountpoint-s3"}]}
     run = run_deploy(reference_cluster("ubuntu22", data=data))
     (command,) = run[HEAD].op("Install Mountpoint for Amazon S3").commands
-    assert "https://s3.amazonaws.com/mountpoint-s3-release/latest/x86_64/mount-s3.deb" in command
-    assert "apt-get install -y /tmp/rayrig-mount-s3.deb" in command
-    assert not run[HEAD].has_op("shared-storage packages")  # no s3fs, no NFS: nothing from the distribution
+    assert f"{MOUNTPOINT}.deb" in command and f'echo "{"d" * 64}  $d/mount-s3.deb"' in command
+    assert 'apt-get install -y "$d/mount-s3.deb"; rc=$?; rm -rf "$d"; exit $rc' in command
+    assert "/tmp/" not in command  # a private mktemp directory, no fixed path
+
+
+def test_mountpoint_without_a_checksum_for_the_host_stops_the_deploy_naming_host_key_and_package():
+    data = {**S3, "storage_mountpoint_sha256": {"x86_64.deb": "d" * 64}}  # none for Amazon Linux's rpm (any host)
+    expected = (
+        r"host @fake/(head|worker-1|worker-2): storage_mountpoint_sha256 has no x86_64.rpm entry: "
+        r"expected the sha256 of "
+        rf"{re.escape(MOUNTPOINT)}.rpm \(Mountpoint for Amazon S3 1.24.0\)"
+    )
+    with pytest.raises(mount_units.StorageError, match=expected):
+        run_deploy(reference_cluster("al2023", data=data))
+
+
+def test_mountpoint_already_installed_needs_no_checksum():
+    run = run_deploy(reference_cluster("al2023", "converged", data={**S3, "storage_mountpoint_sha256": {}}))
+    assert run.changed_hosts == {}
+    assert not any(h.has_op("Install Mountpoint") for h in run.hosts.values())
 
 
 def test_s3_secret_is_never_printed_by_pyinfra(tmp_path):

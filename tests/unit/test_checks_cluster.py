@@ -23,14 +23,16 @@ from checks.node import Node
 from checks.verdict import FAIL, INFO, WARN, Reason
 from deploy.settings import merge
 
-D = cluster.IN_CONTAINER_DIR
+H = "/tmp/rayrig-checks.Ab3dE5gH7j"  # what mktemp -d made on the head ...
+D = "/tmp/rayrig-checks.Zy9xW7vU5t"  # ... and in its container
+DIRS = cluster.HeadDirs(H, D)
 
 # --- the commands ---------------------------------------------------------------------------------
 
 
 def test_benchmark_command_passes_thresholds_aliases_and_expected_nodes():
     settings = merge({"checks_profile": "quick", "checks_outlier_fraction": 0.8})
-    command = cluster.benchmark_command("ray-node", settings, {"10.0.0.2": "w1"}, ["10.0.0.2", "10.0.0.1"])
+    command = cluster.benchmark_command("ray-node", settings, {"10.0.0.2": "w1"}, ["10.0.0.2", "10.0.0.1"], DIRS)
     run = next(part for part in command.split(" && ") if "checks.benchmark" in part)
     args = shlex.split(run.split("; status=")[0])
     assert args[:8] == ["docker", "exec", "--workdir", D, "ray-node", "python", "-m", "checks.benchmark"]
@@ -39,7 +41,9 @@ def test_benchmark_command_passes_thresholds_aliases_and_expected_nodes():
     assert args[args.index("--outlier-fraction") + 1] == "0.8"
     assert args[args.index("--matmul-min-fraction") + 1] == "0.65"
     assert args[args.index("--host-alias") + 1] == "10.0.0.2=w1"
-    assert "--quick" not in cluster.benchmark_command("ray-node", merge({}), {}, ["10.0.0.1"])
+    assert args[args.index("--out") + 1] == f"{D}/report.json"
+    assert f"docker cp ray-node:{D}/report.json {H}/report.json" in command.split(" && ")
+    assert "--quick" not in cluster.benchmark_command("ray-node", merge({}), {}, ["10.0.0.1"], DIRS)
 
 
 def test_package_tarball_holds_the_checks_package_with_its_programs():
@@ -49,11 +53,53 @@ def test_package_tarball_holds_the_checks_package_with_its_programs():
     assert {"checks/cluster_state.py", "checks/storage_probe.py"} <= names
 
 
-def test_install_replaces_the_previous_copy_in_the_container():
-    steps = cluster.install_command("ray node").split(" && ")
-    assert steps[0] == f"mkdir -p {cluster.REMOTE_DIR}"
-    assert f"docker exec 'ray node' rm -rf {D}/checks {D}/report.json" in steps
-    assert steps[-1] == f"docker cp {cluster.REMOTE_DIR}/checks 'ray node':{D}/"
+def test_the_checks_go_through_fresh_private_directories_named_by_mktemp():
+    assert cluster.workdir_command() == "d=$(mktemp -d -t rayrig-checks.XXXXXXXXXX) && echo RAYRIG_CHECKS_DIR=$d"
+    steps = cluster.install_command("ray node", "/tmp/rayrig-checks.A b").split(" && ")
+    assert steps == [
+        "tar -xzf '/tmp/rayrig-checks.A b'/checks.tgz -C '/tmp/rayrig-checks.A b'",
+        "d=$(docker exec 'ray node' mktemp -d -t rayrig-checks.XXXXXXXXXX)",
+        '[ -n "$d" ]',  # never a copy into the container's root
+        """docker cp '/tmp/rayrig-checks.A b'/checks 'ray node':"$d"/""",
+        "echo RAYRIG_CHECKS_DIR=$d",
+    ]
+    assert cluster.cleanup_command("ray node", H, D) == (
+        f"rm -rf -- {H}; docker exec --user root 'ray node' rm -rf -- {D}"
+    )
+    assert cluster.cleanup_command("ray-node", H, None) == f"rm -rf -- {H}"
+
+
+@pytest.mark.parametrize(
+    "lines,found",
+    [
+        (["RAYRIG_CHECKS_DIR=/tmp/rayrig-checks.Ab3dE5gH7j"], "/tmp/rayrig-checks.Ab3dE5gH7j"),
+        (["noise", "RAYRIG_CHECKS_DIR=/var/tmp/x.1 "], "/var/tmp/x.1"),
+        ([], None),
+        (["RAYRIG_CHECKS_DIR="], None),
+        (["RAYRIG_CHECKS_DIR=relative"], None),
+        (["RAYRIG_CHECKS_DIR=/tmp/a;rm -rf /"], None),
+        (["RAYRIG_CHECKS_DIR=/tmp/../etc"], None),
+        (["RAYRIG_CHECKS_DIR=/"], None),
+    ],
+)
+def test_only_a_plain_absolute_directory_is_taken_from_the_output(lines, found):
+    assert cluster.made_dir(lines) == found
+
+
+def test_no_command_uses_a_fixed_path_in_tmp():
+    settings = merge({})
+    commands = [
+        cluster.workdir_command(),
+        cluster.install_command("ray-node", H),
+        cluster.cleanup_command("ray-node", H, D),
+        cluster.cluster_state_command("ray-node", ["10.0.0.1"], workdir=D),
+        cluster.storage_command("ray-node", [], workdir=D),
+        cluster.benchmark_command("ray-node", settings, {}, ["10.0.0.1"], DIRS),
+    ]
+    for command in commands:
+        assert "/tmp" not in command.replace(H, "").replace(D, ""), command
+    source = Path(cluster.__file__).read_text()
+    assert "/tmp/" not in source
 
 
 def test_combined_verdict_fails_on_preflight_even_when_the_benchmark_passes():
@@ -67,14 +113,14 @@ def test_combined_verdict_fails_on_preflight_even_when_the_benchmark_passes():
 
 @pytest.mark.parametrize("expected", [["10.0.0.1"], ["10.0.0.2", "10.0.0.1"]])
 def test_cluster_state_command_runs_the_module_from_the_copied_package(expected):
-    args = shlex.split(cluster.cluster_state_command("ray-node", expected, wait_s=30))
+    args = shlex.split(cluster.cluster_state_command("ray-node", expected, wait_s=30, workdir=D))
     assert args[:8] == ["docker", "exec", "--workdir", D, "ray-node", "python", "-m", "checks.cluster_state"]
     assert args[8:] == ["--expect", ",".join(sorted(expected)), "--wait", "30"]
 
 
 def test_the_storage_command_is_bounded_and_carries_the_mounts_as_json():
     mounts = [{"path": "/mnt/it's", "kind": "nfs", "nodes": ["10.0.0.1"], "writers": ["10.0.0.1"], "writable": True}]
-    args = shlex.split(cluster.storage_command("ray-node", mounts, read_wait_s=5, task_timeout_s=10))
+    args = shlex.split(cluster.storage_command("ray-node", mounts, workdir=D, read_wait_s=5, task_timeout_s=10))
     assert args[:4] == ["timeout", "-k", "10", str(cluster.shared_storage.check_timeout(10, 5))]
     assert args[4:12] == ["docker", "exec", "--workdir", D, "ray-node", "python", "-m", "checks.storage_probe"]
     config = json.loads(args[12])  # the mounts travel intact, quotes and all
@@ -105,7 +151,8 @@ class FakeNode:
     def __init__(self, name: str, address: str, answers: dict[str, tuple[bool, list[str]]] | None = None,
                  report: dict[str, Any] | None = None):  # fmt: skip
         self.name, self.address = name, address
-        self.answers = answers or {}
+        made = {"workdir": (True, [f"RAYRIG_CHECKS_DIR={H}"]), "install": (True, [f"RAYRIG_CHECKS_DIR={D}"])}
+        self.answers = {**made, **(answers or {})}
         self.report = report
         self.calls: list[tuple[str, str]] = []  # (kind, command or path)
         self.printed: list[str] = []  # the kinds of command whose output the operator sees live
@@ -114,7 +161,8 @@ class FakeNode:
     @staticmethod
     def kind(command: str) -> str:
         for word, kind in (("checks.cluster_state", "cluster_state"), ("checks.storage_probe", "storage"),
-                           ("checks.benchmark", "benchmark"), ("tar -xzf", "install"), ("sh -c", "probe")):  # fmt: skip
+                           ("checks.benchmark", "benchmark"), ("tar -xzf", "install"), ("sh -c", "probe"),
+                           ("mktemp", "workdir"), ("rm -rf", "cleanup")):  # fmt: skip
             if word in command:
                 return kind
         raise AssertionError(f"an unexpected command: {command}")
@@ -192,10 +240,12 @@ def test_a_healthy_cluster_passes_in_order_and_the_report_is_saved(tmp_path):
         "--> Shared storage: a round trip through 1 mount(s) on every node",
     ]
     steps = [kind for kind, _ in head.calls]
-    assert steps == ["probe", "put", "install", "cluster_state", "storage", "benchmark", "get"]
+    assert steps == ["probe", "workdir", "put", "install", "cluster_state", "storage", "benchmark", "get", "cleanup"]
     assert [kind for kind, _ in worker.calls] == ["probe"]
     assert head.printed == ["benchmark"]  # its progress streams to the operator
-    assert f"{cluster.REMOTE_DIR}.tgz" in head.files  # the package goes over once, before the first program
+    assert list(head.files) == [f"{H}/checks.tgz"]  # the package goes over once, into this run's directory
+    assert f"--workdir {D} " in dict(head.calls)["cluster_state"]  # and runs from the container's own
+    assert dict(head.calls)["cleanup"] == f"rm -rf -- {H}; docker exec --user root ray-node rm -rf -- {D}"
     benchmark = dict(head.calls)["benchmark"]
     assert "--host-alias 10.0.0.1=head --host-alias 10.0.0.2=w1" in benchmark
     assert f"--expect {HEAD_IP},{WORKER_IP}" in dict(head.calls)["cluster_state"]
@@ -226,7 +276,8 @@ def test_a_host_outside_the_run_and_a_head_that_answers_nothing(tmp_path):
     assert (FAIL, "could not read the cluster state from the head container", None) in found
     assert (FAIL, "the benchmark did not produce a report", None) in found
     assert outcome.verdict.status == FAIL
-    assert ("get", f"{cluster.REMOTE_DIR}/report.json") not in head.calls  # a failed run's report is not read
+    assert ("get", f"{H}/report.json") not in head.calls  # a failed run's report is not read
+    assert head.calls[-1][0] == "cleanup"  # a failed run's directories go too
     saved = json.loads(outcome.json_path.read_text())
     assert (saved["cluster_state"], saved["storage"]) == (None, None)
     assert saved["verdict"]["status"] == FAIL
@@ -247,3 +298,65 @@ def test_detected_gpus_stand_for_auto_in_the_cluster_totals(tmp_path):
     assert (INFO, "4 x NVIDIA L4, driver 550") in found
     assert (FAIL, "cluster total GPU is 0, the inventory declares 4") in found
     assert dict(worker.calls)["probe"].endswith("_ ray-node 4 0")  # the container side knows the GPU count
+
+
+@pytest.mark.parametrize(
+    "answers,cleanup",
+    [
+        ({"workdir": (False, [])}, None),  # no directory on the head: nothing copied, nothing to remove
+        ({"workdir": (True, ["RAYRIG_CHECKS_DIR=/tmp/x;reboot"])}, None),  # not a plain path: not used
+        ({"install": (False, [])}, f"rm -rf -- {H}"),  # the head's directory goes, the container has none
+    ],
+)
+def test_checks_that_cannot_be_copied_fail_and_leave_nothing_behind(tmp_path, answers, cleanup):
+    head = FakeNode("head", HEAD_IP, {"probe": RUNNING, **answers}, report=BENCH)
+    outcome, _ = run([head], {"head": settings(tmp_path)}, {"head": NO_GPUS})
+    kinds = [kind for kind, _ in head.calls]
+    assert not {"cluster_state", "storage", "benchmark", "get"} & set(kinds)
+    assert (FAIL, "could not copy the checks into the head's container") in [
+        (r.level, r.message) for r in outcome.verdict.reasons
+    ]
+    assert dict(head.calls).get("cleanup") == cleanup
+
+
+def test_the_directories_are_removed_when_a_step_raises(tmp_path):
+    class Broken(FakeNode):
+        def get_file(self, remote_path: str, local_path: str) -> bool:
+            raise ConnectionError("the connection dropped")
+
+    head = Broken("head", HEAD_IP, {"probe": RUNNING}, report=BENCH)
+    with pytest.raises(ConnectionError):
+        run([head], {"head": settings(tmp_path)}, {"head": NO_GPUS})
+    assert head.calls[-1] == ("cleanup", f"rm -rf -- {H}; docker exec --user root ray-node rm -rf -- {D}")
+
+
+def test_the_head_commands_work_in_a_real_shell(tmp_path):
+    """workdir, install and cleanup run by sh, with a docker whose container shares this machine's files."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "docker").write_text(
+        "#!/bin/sh\n"
+        'if [ "$1" = exec ]; then shift\n'
+        '  while [ "${1#--}" != "$1" ]; do shift 2; done\n'  # --user root, --workdir DIR
+        '  shift; exec "$@"\n'  # the container's name, then the command
+        "fi\n"
+        '[ "$1" = cp ] && exec cp -r "${2#*:}" "${3#*:}"\n'
+        "exit 2\n"
+    )
+    (bin_dir / "docker").chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "TMPDIR": str(tmp_path)}
+
+    def sh(command: str) -> list[str]:
+        done = subprocess.run(["sh", "-c", command], env=env, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.splitlines()
+
+    host_dir = cluster.made_dir(sh(cluster.workdir_command()))
+    assert host_dir and Path(host_dir).parent == tmp_path and Path(host_dir).stat().st_mode & 0o777 == 0o700
+    Path(host_dir, "checks.tgz").write_bytes(cluster.package_tarball().read())
+    container_dir = cluster.made_dir(sh(cluster.install_command("ray-node", host_dir)))
+    assert container_dir and container_dir != host_dir
+    assert Path(container_dir).stat().st_mode & 0o777 == 0o700
+    assert Path(container_dir, "checks", "cluster_state.py").is_file()
+    sh(cluster.cleanup_command("ray-node", host_dir, container_dir))
+    assert not Path(host_dir).exists() and not Path(container_dir).exists()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import configparser
 import contextlib
+import hashlib
 import os
 import shutil
 import socket
@@ -20,6 +21,7 @@ import pytest
 
 from deploy import mount_units, nfs, s3, storage
 from deploy.platform import detect
+from deploy.settings import merge
 
 SYSTEMD_ESCAPE = shutil.which("systemd-escape")
 PATHS = ["/mnt/shared", "/mnt/my-data", "/", "/srv//a.b/", "/.hidden/x", "/data/x.y-z", "/mnt/a:b_c", "/mnt/ü ber"]
@@ -329,13 +331,44 @@ def test_s3_driver_per_platform():
         s3.s3_driver({"path": "/mnt/d", "driver": "s3fs"}, AL2023, "h1")
 
 
-def test_mountpoint_install_command():
-    apt = s3.mountpoint_install_command(UBUNTU, "aarch64")
-    assert "https://s3.amazonaws.com/mountpoint-s3-release/latest/arm64/mount-s3.deb" in apt
-    assert "apt-get install -y /tmp/rayrig-mount-s3.deb" in apt
-    assert s3.mountpoint_install_command(AL2023, "x86_64") == (
-        "dnf install -y https://s3.amazonaws.com/mountpoint-s3-release/latest/x86_64/mount-s3.rpm"
+def test_mountpoint_package_is_the_pinned_version_with_its_checksum():
+    settings = merge({"storage_mountpoint_sha256": {"arm64.deb": "a" * 64, "x86_64.rpm": "b" * 64}})
+    release = "https://s3.amazonaws.com/mountpoint-s3-release/1.24.0"
+    assert s3.mountpoint_package(settings, UBUNTU, "aarch64", "h1") == (
+        f"{release}/arm64/mount-s3-1.24.0-arm64.deb",
+        "a" * 64,
     )
+    assert s3.mountpoint_package(settings, AL2023, "x86_64", "h1")[1] == "b" * 64
+    mirror = merge({**settings, "storage_mountpoint_url": "http://mirror.lab/{arch}/mount-s3-{version}.{ext}"})
+    assert s3.mountpoint_package(mirror, AL2023, "x86_64", "h1")[0] == "http://mirror.lab/x86_64/mount-s3-1.24.0.rpm"
+    with pytest.raises(mount_units.StorageError, match=r"host h1: storage_mountpoint_sha256 has no x86_64.deb entry"):
+        s3.mountpoint_package(settings, UBUNTU, "x86_64", "h1")
+
+
+def _stub_installer(tmp_path: Path) -> tuple[dict[str, str], Path]:
+    """A PATH whose dnf records the package it was given (and that the file was there)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    log = tmp_path / "installed"
+    (bin_dir / "dnf").write_text(f'#!/bin/sh\nshift 2\ntest -f "$1" && echo "$1" >> {log}\n')
+    (bin_dir / "dnf").chmod(0o755)
+    return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "TMPDIR": str(tmp_path)}, log
+
+
+@pytest.mark.parametrize("matches", [True, False])
+def test_mountpoint_is_installed_only_when_its_checksum_matches_and_no_temp_file_stays(tmp_path, matches):
+    package = tmp_path / "mount-s3.rpm"
+    package.write_bytes(b"the package")
+    digest = hashlib.sha256(b"the package").hexdigest() if matches else "0" * 64
+    env, log = _stub_installer(tmp_path)
+    command = s3.mountpoint_install_command(AL2023, package.as_uri(), digest)
+    done = subprocess.run(["sh", "-c", command], env=env, capture_output=True, text=True, timeout=60)
+    assert (done.returncode == 0) is matches, done.stderr
+    assert log.exists() is matches
+    if not matches:
+        assert "its sha256 is not the one in storage_mountpoint_sha256" in done.stderr
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("rayrig-mount-s3.")] == []
+    assert "/tmp/" not in command.replace(package.as_uri(), "")  # a private mktemp directory, no fixed path
 
 
 # --- Facts ----------------------------------------------------------------------------------------

@@ -33,7 +33,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from deploy import auth, nfs, ray_node, settings
+from deploy import auth, env_secret, nfs, ray_node, settings
 from deploy.docker import merge_daemon_config
 from deploy.ray_image import registry_config
 from deploy.storage import mount_points
@@ -176,6 +176,8 @@ APT_DOCKER_LIST = "/etc/apt/sources.list.d/docker.list"
 DNF_DOCKER_REPO = "/etc/yum.repos.d/docker-ce.repo"
 DAEMON_JSON = "/etc/docker/daemon.json"
 REGISTRY_CONFIG = "/etc/rayrig/docker/config.json"
+SSH_HOME = "/home/rayrig"  # the SSH user's home (``echo ~``)
+UPLOAD_DIR = f"{SSH_HOME}/.rayrig-upload"  # where uploads through sudo pass
 
 # --- NVIDIA (hosts with GPUs only), written out from NVIDIA's install guides -----------------------
 
@@ -319,6 +321,8 @@ def expected_files(
     files[f"/etc/systemd/system/{name}.service"] = (ray_node.unit_text(name, mount_points(s)), 644)
     if s["ray_auth"] == "token":
         files[auth.NODE_TOKEN_PATH] = (auth.read_token(auth.ensure_token(s)) + "\n", 600)
+    if s["ray_env_secret"]:
+        files[env_secret.ENV_FILE] = (env_secret.env_file_text(s["ray_env_secret"]), 600)
     return files
 
 
@@ -332,13 +336,15 @@ SYSTEM_DIRS = {
 def expected_dirs(os_name: str, data: Mapping[str, Any], *, gpus: int = 0) -> dict[str, int]:
     """path -> mode of every directory rayrig creates on a host with ``data`` (and ``gpus``)."""
     s = settings.merge(data)
-    dirs = {"/etc/docker": 755}
+    dirs = {"/etc/docker": 755, UPLOAD_DIR: 700}
     if FAMILY[os_name] == "apt" and (uses_docker_repo(os_name, s["docker_source"]) or gpus):
         dirs["/etc/apt/keyrings"] = 755
     if s["docker_registry_auth"]:
         dirs["/etc/rayrig/docker"] = 700
     if s["ray_auth"] == "token":
         dirs[auth.NODE_TOKEN_DIR] = 700
+    if s["ray_env_secret"]:
+        dirs[env_secret.ENV_DIR] = 700
     return dirs
 
 
@@ -491,6 +497,8 @@ def fake_responses(
         f"RAYRIG_MEM_KB={mem_kb}",
         f"RAYRIG_NOFILE_HARD={nofile_hard if nofile_hard is not None else 'unlimited'}",
     ]
+    # The SSH user's home (read as that user, for the private upload directory)
+    responses["echo ~"] = [SSH_HOME]
     # CloudInitRunning
     responses["cloud-init status"] = ["status: running"] if cloud_init_running else ["status: done"]
     # NvidiaDevices, and the uptime that server.reboot compares

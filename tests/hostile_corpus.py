@@ -31,6 +31,7 @@ HOSTILE = [
 BASE: dict[str, Any] = {
     "ray_resources": {"nvme": 1},
     "ray_env": {"NCCL_SOCKET_IFNAME": "eth0"},
+    "ray_env_secret": {"HF_TOKEN": "hf_example"},
     "ray_auth_token_file": "unused",  # each test gives it a token file of its own
     "firewall_admin_cidrs": ["198.51.100.0/24"],
     "firewall_extra_tcp_ports": ["30000-30010"],
@@ -54,6 +55,7 @@ BASE: dict[str, Any] = {
     "docker_daemon_options": {"live-restore": True},
     "docker_registry_auth": {"registry": "registry.lab.example:5000", "username": "ray", "password": "pw"},
     "base_extra_packages": ["htop"],
+    "storage_mountpoint_sha256": {"x86_64.deb": "0" * 64},
 }
 #: Paths on the operator's machine: read and written there, never sent to a host. The plan run
 #: leaves them out (a token file named by a hostile string would be created in the working tree).
@@ -94,7 +96,7 @@ def put(data: dict[str, Any], slot: tuple[Any, ...], value: str) -> None:
     for step in parents:
         node = node[step]
     if last == VALUE:
-        node[NEW_KEY] = value
+        node[next(iter(node), NEW_KEY)] = value  # the entry BASE has (its key may be one of a fixed few)
     elif last == KEY:
         node[value] = 1 if slot[0] == "ray_resources" else "v"
     else:

@@ -158,6 +158,7 @@ def test_what_reaches_a_host_is_mostly_refused():
     daemon options, credentials (which travel in files). Everything else refuses the corpus."""
     free = {
         ("ray_env", VALUE),
+        ("ray_env_secret", VALUE),
         ("docker_log_opts", VALUE),
         ("docker_log_opts", KEY),
         ("docker_daemon_options", VALUE),

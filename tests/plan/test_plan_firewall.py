@@ -17,6 +17,7 @@ from tests.plan.test_cli_fake import command_lines, operation_output, run_pyinfr
 
 RULESET = "/etc/rayrig/firewall.nft"
 UNIT = "/etc/systemd/system/rayrig-firewall.service"
+DROP_IN = "/etc/systemd/system/nftables.service.d/rayrig.conf"
 MEMBERS = ["10.0.0.1", "10.0.0.2", "10.0.0.3"]
 ALL = (HEAD, GPU_WORKER, CPU_WORKER)
 
@@ -82,8 +83,11 @@ def test_fresh_host_enables_the_unit_that_loads_it_at_boot(fresh):
         assert names.index("Firewall | Reload systemd units for rayrig's firewall") < names.index(
             "Firewall | Enable rayrig-firewall.service (loads the ruleset at boot)"
         )
-        # The distribution's own nftables setup is left alone.
-        assert not any("/etc/nftables.conf" in c or "nftables.service" in c for c in host.commands)
+        # The distribution's own nftables setup is left alone: only a drop-in of rayrig's is added.
+        drop_in = host.op("Install the drop-in that loads rayrig's table after nftables.service").uploads[DROP_IN]
+        assert f"ExecStartPost=-/usr/sbin/nft -f {RULESET}\n" in drop_in
+        assert f"ExecReload=-/usr/sbin/nft -f {RULESET}\n" in drop_in
+        assert not any("/etc/nftables.conf" in c or "systemctl" in c and "nftables" in c for c in host.commands)
         assert not any("flush ruleset" in c for c in host.commands)
 
 
@@ -226,6 +230,7 @@ def test_turning_the_firewall_off_removes_it(os_name):
             "Firewall | Delete rayrig's nftables table",
             "Firewall | Stop and disable rayrig-firewall.service",
             "Firewall | Remove the rayrig-firewall.service unit",
+            "Firewall | Remove rayrig's drop-in for nftables.service",
             "Firewall | Reload systemd units without rayrig's firewall",
             "Firewall | Remove rayrig's nftables ruleset",
         ]
@@ -235,10 +240,17 @@ def test_turning_the_firewall_off_removes_it(os_name):
             "systemctl disable rayrig-firewall.service",
         ]
         assert host.op("Remove the rayrig-firewall.service unit").commands == [f"rm -f {UNIT}"]
+        assert host.op("Remove rayrig's drop-in for nftables.service").commands == [f"rm -f {DROP_IN}"]
         assert host.op("Remove rayrig's nftables ruleset").commands == [f"rm -f {RULESET}"]
         assert not any("apt-get" in c or "dnf" in c for c in host.commands)  # nftables itself stays
     assert set(run.changed_hosts) == set(ALL)
-    assert all(n.startswith("Firewall |") for names in run.changed_hosts.values() for n in names)
+    # Beside the firewall, only the ray-node unit moves: it no longer waits for rayrig's table.
+    others = {n for names in run.changed_hosts.values() for n in names if not n.startswith("Firewall |")}
+    assert others == {"Ray node | Install the ray-node systemd unit", "Ray node | Reload systemd units"}
+    for name in ALL:
+        unit = run[name].uploads["/etc/systemd/system/ray-node.service"]
+        assert "rayrig-firewall.service" not in unit and "nft list table" not in unit
+        assert not run[name].commands_matching("^docker (create|rm)")
 
 
 def test_turned_off_firewall_with_its_table_already_gone_removes_the_rest():

@@ -170,13 +170,14 @@ def docker() -> None:
         )
 
     systemd.service(name="Enable and start Docker", service="docker", running=True, enabled=True)
-    if runs_older_config(fact(host, DockerDaemon)):
-        # daemon.json was written after the daemon started, by a run that died before the restart.
-        server.shell(name="Restart Docker for its new configuration", commands=["systemctl restart docker.service"])
-    elif config is not None:
-        systemd.service(
+    # Also when daemon.json is newer than the running daemon: a run that died before the restart.
+    stale = runs_older_config(fact(host, DockerDaemon))
+    if stale or config is not None:
+        # An explicit restart: systemd.service(restarted=True) restarts only a service that was
+        # running when the plan was made, and the engine's package may have started it since
+        # (Debian's and Ubuntu's do), before daemon.json was written.
+        server.shell(
             name="Restart Docker for its new configuration",
-            service="docker",
-            restarted=True,
-            _if=config.did_change,
+            commands=["systemctl restart docker.service"],
+            **({} if stale or config is None else {"_if": config.did_change}),
         )

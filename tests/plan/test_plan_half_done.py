@@ -90,3 +90,17 @@ def test_firewall_removed_by_a_run_that_died_before_the_reload_is_reloaded():
     for name in (HEAD, GPU_WORKER, CPU_WORKER):
         assert run.changed_hosts[name] == ["Firewall | Reload systemd units without rayrig's firewall"]
         assert run[name].commands == ["systemctl daemon-reload"]
+
+
+def test_fresh_host_restarts_docker_after_writing_daemon_json():
+    """Debian's and Ubuntu's engine packages start Docker when installed, before daemon.json is
+    written: a start would leave the new daemon.json unread, so Docker is restarted after it."""
+    run = run_deploy(reference_cluster("ubuntu22", "fresh"))
+    for host in run.hosts.values():
+        names = [op.name for op in host.ops]
+        assert host.op("Restart Docker for its new configuration").commands == ["systemctl restart docker.service"]
+        assert (
+            names.index("Docker | Install the Docker engine")
+            < names.index("Docker | Merge rayrig's keys into daemon.json")
+            < names.index("Docker | Restart Docker for its new configuration")
+        )

@@ -9,7 +9,7 @@ import socket
 
 import pytest
 
-from deploy.firewall import FirewallConflict, UnresolvableNode
+from deploy.firewall import FirewallConflict, InvalidMemberCidr, UnresolvableNode
 from tests.plan.fakes.fake_firewall import DEPLOY_SOURCE, expected_ruleset
 from tests.plan.fakes.fakehosts import CPU_WORKER, FAMILY, GPU_WORKER, HEAD, OSES, cluster, reference_cluster, with_data
 from tests.plan.harness import HostRun, run_deploy
@@ -307,3 +307,19 @@ def test_pyinfra_prints_the_conflict_and_exits_non_zero_before_any_operation(tmp
     assert not operation_output(output)
     commands = [cmd for _host, cmd in command_lines(output)]
     assert not any(cmd.startswith(("apt-get", "nft ", "systemctl ", "docker ")) for cmd in commands)
+
+
+def test_member_cidrs_of_one_host_are_members_on_every_host():
+    """A GPU worker's InfiniBand address: NCCL from it reaches every node."""
+    hosts = with_data(reference_cluster("ubuntu22"), GPU_WORKER, firewall_member_cidrs=["192.168.100.2"])
+    run = run_deploy(hosts)
+    for name in ALL:
+        assert elements(run[name].uploads[RULESET], "members_v4") == [*MEMBERS, "192.168.100.2"]
+
+
+def test_a_bad_member_cidr_stops_the_deploy_before_any_change():
+    hosts = with_data(reference_cluster("ubuntu22"), CPU_WORKER, firewall_member_cidrs=["0.0.0.0/0"])
+    with pytest.raises(InvalidMemberCidr) as error:
+        run_deploy(hosts)
+    assert str(error.value).startswith(f"host {CPU_WORKER}: firewall_member_cidrs[0] = '0.0.0.0/0': expected")
+    assert str(error.value).endswith("Nothing was changed on any host.")

@@ -31,6 +31,7 @@ from deploy.mount_units import (
 )
 from deploy.settings import node_address
 from deploy.templating import put_template, render
+from deploy.units import NeedDaemonReload
 
 EXPORTS_DIR = "/etc/exports.d"
 EXPORTS_FILE = f"{EXPORTS_DIR}/rayrig.exports"
@@ -201,6 +202,8 @@ def nfs_mount(mount: dict[str, Any], mounted: dict[str, Any], units: dict[str, b
     )
     current = mounted.get(path) or {}
     ready = current.get("source") == source and current.get("fstype", "").startswith("nfs") and units.get(name)
+    # A unit file newer than what systemd runs: a run died before the remount, old options are live.
+    ready = ready and not fact(host, NeedDaemonReload, name)
     what = f"{source} at {path}"
     commands = [probe_command(address, f"{mount['server']}:{mount['export']} at {path}", host.name)]
     activate(what, bool(ready), [unit], [*commands, *activate_commands(name, what, path, host.name)])

@@ -104,3 +104,12 @@ def test_fresh_host_restarts_docker_after_writing_daemon_json():
             < names.index("Docker | Merge rayrig's keys into daemon.json")
             < names.index("Docker | Restart Docker for its new configuration")
         )
+
+
+def test_nfs_mount_unit_newer_than_systemd_is_mounted_again():
+    """The mount unit was rewritten (new options), the run died before the remount."""
+    options = {CPU_WORKER: {"storage": {"need_reload": ["mnt-shared.mount"]}}}
+    run = run_deploy(reference_cluster("debian12", "converged", data=NFS, options=options))
+    assert run.changed_hosts == {CPU_WORKER: ["Shared storage | Mount 10.0.0.1:/srv/shared at /mnt/shared"]}
+    assert "systemctl daemon-reload" in run[CPU_WORKER].commands
+    assert "timeout 120 systemctl restart mnt-shared.mount || {" in " ".join(run[CPU_WORKER].commands)

@@ -18,7 +18,8 @@ the unit enabled and the path mounted from the right source; the S3 credentials 
 - ``"stale_units"``: more rayrig storage units on disk (names), ``"stale_credentials"``:
   more credentials files (paths), ``"exports"``: whether rayrig's exports file is there,
   ``"exports_unread"``: whether it was written after the live export table (a run that
-  died before ``exportfs -ra``).
+  died before ``exportfs -ra``);
+  ``"need_reload"``: mount units whose file changed since systemd's last daemon-reload.
 """
 
 from __future__ import annotations
@@ -166,6 +167,12 @@ def facts(
         "/sys/fs/cgroup cgroup2 cgroup2",
         *(f"{path} {source} {fstype}" for path, (source, fstype) in mounted.items()),
     ]
+    # NeedDaemonReload of the mount units
+    for name in units:
+        stale = name in options.get("need_reload", ())
+        state.responses[f"--property NeedDaemonReload -- {shlex.quote(name)}"] = [
+            f"NeedDaemonReload={'yes' if stale else 'no'}"
+        ]
     # ExportTimes: the live table rewritten 5 s after the file (converged), or 5 s before it
     if exports:
         unread = bool(options.get("exports_unread"))

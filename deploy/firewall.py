@@ -65,6 +65,7 @@ from pyinfra.operations import files, server, systemd
 
 from deploy.base import install_packages
 from deploy.facts import fact
+from deploy.firewall_members import member_cidrs
 from deploy.memo import run_memo
 from deploy.nfs import NFS_PORT, serves_nfs
 from deploy.ports import WORKER_RANGE, port_ranges
@@ -99,10 +100,6 @@ class FirewallConflict(PyinfraError):
 
 class UnresolvableNode(PyinfraError):
     """A cluster member's node address does not resolve to an IP address."""
-
-
-class InvalidMemberCidr(PyinfraError):
-    """A host's ``firewall_member_cidrs`` holds something that is not a network of the cluster's own."""
 
 
 # --- Facts ----------------------------------------------------------------------------------------
@@ -500,39 +497,6 @@ def cluster_members() -> list[str]:
     if "members" not in memo:
         memo["members"] = member_addresses(inventory)
     return memo["members"]
-
-
-#: The widest network firewall_member_cidrs may hold, per IP version: members reach every port.
-WIDEST_MEMBER_PREFIX = {4: 8, 6: 32}
-
-
-def member_cidr_problems(hosts: Iterable[Any]) -> list[str]:
-    """What is wrong with the hosts' ``firewall_member_cidrs``, one line per value."""
-    problems = []
-    for current in hosts:
-        for index, cidr in enumerate(host_settings(current)["firewall_member_cidrs"]):
-            where = f"host {current.name}: firewall_member_cidrs[{index}] = {cidr!r}"
-            try:
-                network = ipaddress.ip_network(cidr, strict=False)
-            except ValueError:
-                problems.append(f'{where}: expected an IP address or network such as "192.168.100.0/24"')
-                continue
-            widest = WIDEST_MEMBER_PREFIX[network.version]
-            if network.prefixlen < widest:
-                problems.append(
-                    f"{where}: expected a network of the cluster's own NICs, /{widest} or narrower "
-                    f"(IPv{network.version}): the members reach every port"
-                )
-    return problems
-
-
-def member_cidrs(hosts: Iterable[Any]) -> list[str]:
-    """Every host's ``firewall_member_cidrs``, each once; ``InvalidMemberCidr`` names every bad value."""
-    hosts = list(hosts)
-    problems = member_cidr_problems(hosts)
-    if problems:
-        raise InvalidMemberCidr("\n".join([*problems, "Nothing was changed on any host."]))
-    return sorted({cidr for h in hosts for cidr in host_settings(h)["firewall_member_cidrs"]})
 
 
 def cluster_member_cidrs() -> list[str]:

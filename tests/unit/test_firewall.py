@@ -24,7 +24,6 @@ import pytest
 from deploy import firewall, settings
 from deploy.firewall import (
     DeploySource,
-    InvalidMemberCidr,
     OtherFirewalls,
     RayrigTable,
     UnresolvableNode,
@@ -33,7 +32,6 @@ from deploy.firewall import (
     drop_in_text,
     is_loopback,
     member_addresses,
-    member_cidrs,
     needs_load,
     parse_address,
     ports_match,
@@ -43,6 +41,7 @@ from deploy.firewall import (
     ssh_ports,
     unit_text,
 )
+from deploy.firewall_members import InvalidMemberCidr, member_cidrs
 from deploy.ports import port_ranges
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "firewall"

@@ -5,7 +5,10 @@ Ensures the engine is installed from the distribution (``docker_source =
 rebuilds, which ship none), that ``/etc/docker/daemon.json`` carries rayrig's
 keys merged over whatever is there (keys other tools set, such as the NVIDIA
 runtime, survive), and that the service is enabled and running. Docker is
-restarted only when daemon.json changed.
+restarted when daemon.json changed, or when the running daemon started before
+daemon.json was last written (fact ``DockerDaemon``): a run that died between
+writing the file and restarting Docker, or NVIDIA's runtime registered by a run
+that died before its restart, is finished by the next run.
 """
 
 from __future__ import annotations
@@ -15,9 +18,9 @@ from io import StringIO
 from typing import Any
 
 from pyinfra import host
-from pyinfra.api import deploy
+from pyinfra.api import FactBase, deploy
 from pyinfra.api.exceptions import PyinfraError
-from pyinfra.operations import files, systemd
+from pyinfra.operations import files, server, systemd
 
 from deploy.base import dnf_repository, install_packages, platform, signed_apt_repository
 from deploy.facts import FileText, HostInfo, fact
@@ -29,6 +32,50 @@ REPO_PACKAGES = ("docker-ce", "docker-ce-cli", "containerd.io", "docker-buildx-p
 APT_KEYRING = "/etc/apt/keyrings/docker.asc"
 DNF_REPO = "/etc/yum.repos.d/docker-ce.repo"
 APT_ARCH = {"x86_64": "amd64", "aarch64": "arm64"}
+
+
+class DockerDaemon(FactBase):
+    """When the running Docker daemon started and when daemon.json was last written, in
+    seconds since the epoch: ``{"started": 1733000000.25, "config_written": 1733000100.5}``
+    (None: not running, no daemon.json).
+
+    The start comes from systemd (``ExecMainStartTimestampMonotonic``, microseconds since
+    boot) and the host's uptime and clock read together, to a few hundredths of a second.
+    """
+
+    @staticmethod
+    def default() -> dict[str, float | None]:
+        return {"started": None, "config_written": None}
+
+    def command(self) -> str:
+        return (
+            "command -v systemctl >/dev/null 2>&1 && systemctl show --property MainPID "
+            "--property ExecMainStartTimestampMonotonic docker.service 2>/dev/null; "
+            'echo "RAYRIG_UPTIME=$(cut -d" " -f1 /proc/uptime)"; echo "RAYRIG_NOW=$(date +%s.%N)"; '
+            f'[ -f {DAEMON_JSON} ] && echo "RAYRIG_CONFIG_WRITTEN=$(date -r {DAEMON_JSON} +%s.%N)"; true'
+        )
+
+    def process(self, output: list[str]) -> dict[str, float | None]:
+        values = dict(line.strip().partition("=")[::2] for line in output if "=" in line)
+
+        def number(key: str) -> float | None:
+            try:
+                return float(values.get(key, ""))
+            except ValueError:
+                return None
+
+        pid, since_boot = number("MainPID"), number("ExecMainStartTimestampMonotonic")
+        uptime, now = number("RAYRIG_UPTIME"), number("RAYRIG_NOW")
+        started = None
+        if pid and since_boot and uptime is not None and now is not None:
+            started = now - (uptime - since_boot / 1e6)
+        return {"started": started, "config_written": number("RAYRIG_CONFIG_WRITTEN")}
+
+
+def runs_older_config(daemon: dict[str, float | None]) -> bool:
+    """Whether the running daemon started before daemon.json was last written (``DockerDaemon``)."""
+    started, written = daemon["started"], daemon["config_written"]
+    return started is not None and written is not None and written > started
 
 
 class DaemonConfigError(PyinfraError):
@@ -126,10 +173,14 @@ def docker() -> None:
         )
 
     systemd.service(name="Enable and start Docker", service="docker", running=True, enabled=True)
-    if config is not None:
-        systemd.service(
+    # Also when daemon.json is newer than the running daemon: a run that died before the restart.
+    stale = runs_older_config(fact(host, DockerDaemon))
+    if stale or config is not None:
+        # An explicit restart: systemd.service(restarted=True) restarts only a service that was
+        # running when the plan was made, and the engine's package may have started it since
+        # (Debian's and Ubuntu's do), before daemon.json was written.
+        server.shell(
             name="Restart Docker for its new configuration",
-            service="docker",
-            restarted=True,
-            _if=config.did_change,
+            commands=["systemctl restart docker.service"],
+            **({} if stale or config is None else {"_if": config.did_change}),
         )

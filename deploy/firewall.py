@@ -15,24 +15,33 @@ With ``firewall_enabled`` (the default), ensures on every host:
     * every Ray port of ``ray_ports`` and the worker range
       ``worker_min``-``worker_max`` from the cluster's members only: each
       inventory host's node address (``ray_node_ip``, else its SSH address),
-      resolved to IP addresses on the operator's machine;
+      resolved to IP addresses on the operator's machine, and every host's
+      ``firewall_member_cidrs`` (the addresses of its other NICs: InfiniBand,
+      RoCE);
     * the dashboard port from the admins and the members, only where
       ``ray_dashboard_host`` is not a loopback address (by default it is, and
       the dashboard is reached through an SSH tunnel);
     * ``firewall_extra_tcp_ports`` from anywhere;
-- the ruleset checked (``nft -c -f``) and then loaded (``nft -f``) when the
-  file changed or the table is not loaded now; loading it is one transaction
-  that replaces rayrig's table and nothing else, so Docker's tables and anyone
-  else's stay as they are;
+- the ruleset checked (``nft -c -f``) and then loaded (``nft -f``) unless the
+  table loaded now is this very ruleset: the table carries a digest of its
+  ruleset in its comment (fact ``RayrigTable``), so a run that died between
+  writing the file and loading it is finished by the next one. Loading is one
+  transaction that replaces rayrig's table and nothing else, so Docker's
+  tables and anyone else's stay as they are;
 - ``rayrig-firewall.service`` enabled: it loads the file at boot, before the
-  network comes up. The distribution's ``nftables.service`` and
-  ``/etc/nftables.conf`` are left alone.
+  network comes up; systemd reloaded when its unit changed or systemd says it
+  must (``NeedDaemonReload``);
+- a drop-in for the distribution's ``nftables.service`` that loads rayrig's
+  file again after it starts or reloads (Debian's ``/etc/nftables.conf`` and
+  RHEL's ``nftables.service`` flush the whole ruleset). ``nftables.service``
+  itself and its configuration are left alone.
 
 A host where ufw or firewalld is active (or enabled) stops the deploy before
 any change: two firewalls would fight over the same traffic.
 
 With ``firewall_enabled = False``, rayrig leaves the host's firewall to you
-and removes what an earlier deploy put there (the table, the unit, the file);
+and removes what an earlier deploy put there (the table, the unit, the
+drop-in, the file);
 the nftables package stays. Example:
 
     firewall()   # in deploy/cluster.py, after storage(), before ray_node()
@@ -40,6 +49,7 @@ the nftables package stays. Example:
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 import shlex
 import socket
@@ -55,17 +65,25 @@ from pyinfra.operations import files, server, systemd
 
 from deploy.base import install_packages
 from deploy.facts import fact
+from deploy.firewall_members import member_cidrs
 from deploy.memo import run_memo
 from deploy.nfs import NFS_PORT, serves_nfs
 from deploy.ports import WORKER_RANGE, port_ranges
 from deploy.settings import host_data, host_settings, is_loopback, node_address, parse_address
 from deploy.templating import put_template, render
+from deploy.units import NeedDaemonReload, daemon_reload
 
 TABLE = "inet rayrig"
 RULESET_PATH = "/etc/rayrig/firewall.nft"
 UNIT = "rayrig-firewall.service"
 UNIT_PATH = f"/etc/systemd/system/{UNIT}"
 UNIT_TEMPLATE = "rayrig-firewall.service.j2"
+#: The distribution's nftables.service, and rayrig's drop-in that loads rayrig's table after it.
+NFTABLES_UNIT = "nftables.service"
+DROP_IN_PATH = f"/etc/systemd/system/{NFTABLES_UNIT}.d/rayrig.conf"
+DROP_IN_TEMPLATE = "nftables-rayrig.conf.j2"
+#: The table's comment: this prefix, then the digest of the ruleset (``ruleset_digest``).
+DIGEST_PREFIX = "rayrig ruleset "
 NFT = "/usr/sbin/nft"  # where every supported distribution installs it
 #: The other firewalls rayrig refuses to run beside, with how to turn each off.
 OTHER_FIREWALLS = {"ufw": "sudo ufw disable", "firewalld": "sudo systemctl disable --now firewalld"}
@@ -116,21 +134,24 @@ class DeploySource(FactBase):
         return None
 
 
-class NftTables(FactBase):
-    """The nftables tables loaded now, as "family name": ``["inet rayrig", "ip filter"]``.
-
-    Empty when nft is not installed (or may not be run).
-    """
+class RayrigTable(FactBase):
+    """rayrig's nftables table as loaded now: None when it is not loaded (or nft is not
+    installed), else ``{"digest": "3f2a9c0d5e6b7a81"}``, the digest of the ruleset its
+    comment carries (None in a table loaded without one)."""
 
     @staticmethod
-    def default() -> list[str]:
-        return []
+    def default() -> None:
+        return None
 
     def command(self) -> str:
-        return "command -v nft >/dev/null 2>&1 && nft list tables 2>/dev/null || true"
+        return f"command -v nft >/dev/null 2>&1 && nft list table {TABLE} 2>/dev/null || true"
 
-    def process(self, output: list[str]) -> list[str]:
-        return sorted(" ".join(line.split()[1:3]) for line in output if line.startswith("table "))
+    def process(self, output: list[str]) -> dict[str, str | None] | None:
+        if not any(line.strip().startswith(f"table {TABLE} ") for line in output):
+            return None
+        marker = f'comment "{DIGEST_PREFIX}'
+        digests = [line.strip()[len(marker) :].rstrip('"') for line in output if line.strip().startswith(marker)]
+        return {"digest": digests[0] if digests else None}
 
 
 class OtherFirewalls(FactBase):
@@ -230,6 +251,36 @@ def _set(name: str, kind: str, elements: list[str], interval: bool, comments: li
     return lines
 
 
+def member_networks(cidrs: Iterable[str]) -> list[IPNetwork]:
+    """``firewall_member_cidrs`` as networks, overlaps merged (``collapse_networks``);
+    a ValueError names the first value that is not an address or network."""
+    for cidr in cidrs:
+        ipaddress.ip_network(cidr, strict=False)
+    return collapse_networks(cidrs)
+
+
+def member_elements(addresses: Iterable[IPAddress], networks: Iterable[IPNetwork], version: int) -> list[str]:
+    """The members set's elements of one IP version: the node addresses no network
+    covers (an interval set refuses overlaps), and the networks, sorted.
+
+    >>> member_elements([ipaddress.ip_address("10.0.0.1"), ipaddress.ip_address("192.168.1.5")],
+    ...                 [ipaddress.ip_network("192.168.1.0/24")], 4)
+    ['10.0.0.1', '192.168.1.0/24']
+    """
+    nets = [n for n in networks if n.version == version]
+    lone = [a for a in addresses if a.version == version and not any(a in n for n in nets)]
+    entries: list[IPAddress | IPNetwork] = [*lone, *nets]
+    return [str(e) if not hasattr(e, "prefixlen") else _element(e) for e in sorted(entries, key=_address_key)]
+
+
+def ruleset_digest(text: str) -> str:
+    """A short digest of a ruleset, its own digest comment left out: what the loaded
+    table's comment says it was loaded from."""
+    marker = f'\tcomment "{DIGEST_PREFIX}'
+    body = "\n".join(line for line in text.split("\n") if not line.startswith(marker))
+    return hashlib.sha256(body.encode()).hexdigest()[:16]
+
+
 def render_ruleset(
     *,
     ray_ports: Mapping[str, int],
@@ -241,6 +292,7 @@ def render_ruleset(
     deploy_source: str | None = None,
     nfs_server: bool = False,
     members_all_ports: bool = True,
+    member_cidrs: Iterable[str] = (),
 ) -> str:
     """The nftables file of one host: rayrig's table, replaced in one transaction when loaded.
 
@@ -264,6 +316,8 @@ def render_ruleset(
     if None in parsed:
         raise ValueError(f"members must be IP addresses (resolve names first): {members!r}")
     member_addresses = sorted(set(parsed), key=_address_key)  # type: ignore[arg-type]
+    member_cidrs = list(member_cidrs)
+    extra_members = member_networks(member_cidrs)
     admins = collapse_networks([*admin_cidrs, *([deploy_source] if deploy_source else [])])
     dashboard_open = not is_loopback(dashboard_host)
     dashboard = int(ray_ports[DASHBOARD])
@@ -279,7 +333,10 @@ def render_ruleset(
         open_to.append(f"SSH (TCP {ssh_listed}) from the admins;")
     else:
         open_to.append(f"SSH (TCP {ssh_listed}) from anywhere, as firewall_admin_cidrs is empty;")
-    open_to.append("Ray's ports (ray_ports) from the cluster's members;")
+    open_to.append(
+        "Ray's ports (ray_ports) from the cluster's members"
+        + (" (their node addresses and firewall_member_cidrs);" if member_cidrs else ";")
+    )
     if members_all_ports:
         open_to.append(
             "every other port from the members too (firewall_members_all_ports): torch.distributed's "
@@ -302,8 +359,8 @@ def render_ruleset(
     lines = [
         f"#!{NFT} -f",
         "# Managed by rayrig: this host's inbound firewall. The next deploy rewrites this file;",
-        "# change firewall_enabled, firewall_admin_cidrs, firewall_extra_tcp_ports, ray_ports or",
-        "# ray_dashboard_host in the inventory instead.",
+        "# change firewall_enabled, firewall_admin_cidrs, firewall_member_cidrs, firewall_extra_tcp_ports,",
+        "# ray_ports or ray_dashboard_host in the inventory instead.",
         "#",
         "# Loading this file (nft -f; rayrig-firewall.service does at boot) is one transaction that",
         "# replaces rayrig's own table, inet rayrig, and nothing else: Docker's tables and anyone",
@@ -315,10 +372,11 @@ def render_ruleset(
         "delete table inet rayrig",
         "",
         "table inet rayrig {",
-        "\t# The cluster's members: every inventory host's ray_node_ip, else its SSH address.",
-        *_set("members_v4", "ipv4_addr", [str(a) for a in member_addresses if a.version == 4], False),
+        "\t# The cluster's members: every inventory host's ray_node_ip, else its SSH address"
+        + ("; and firewall_member_cidrs." if member_cidrs else "."),
+        *_set("members_v4", "ipv4_addr", member_elements(member_addresses, extra_members, 4), True),
         "",
-        *_set("members_v6", "ipv6_addr", [str(a) for a in member_addresses if a.version == 6], False),
+        *_set("members_v6", "ipv6_addr", member_elements(member_addresses, extra_members, 6), True),
         "",
         f"\t# The admins: firewall_admin_cidrs, and {source}.",
         *_set("admins_v4", "ipv4_addr", [_element(n) for n in admins if n.version == 4], True),
@@ -363,6 +421,9 @@ def render_ruleset(
         extra_ports = ports_match(extra_tcp_ports)
         lines.append(f'\t\ttcp dport {extra_ports} accept comment "firewall_extra_tcp_ports, from anywhere"')
     lines += ["\t}", "}", ""]
+    text = "\n".join(lines)
+    table_at = lines.index("table inet rayrig {") + 1
+    lines.insert(table_at, f'\tcomment "{DIGEST_PREFIX}{ruleset_digest(text)}"')
     return "\n".join(lines)
 
 
@@ -374,6 +435,12 @@ def unit_text() -> str:
 
 def _unit_values() -> dict[str, str]:
     return {"nft": NFT, "ruleset_path": RULESET_PATH, "table": TABLE}
+
+
+def drop_in_text() -> str:
+    """The drop-in for the distribution's nftables.service (``templates/nftables-rayrig.conf.j2``):
+    after nftables.service flushed the ruleset (start, restart, reload), rayrig's table is loaded again."""
+    return render(DROP_IN_TEMPLATE, **_unit_values())
 
 
 def check_command(path: str = RULESET_PATH) -> str:
@@ -432,6 +499,14 @@ def cluster_members() -> list[str]:
     return memo["members"]
 
 
+def cluster_member_cidrs() -> list[str]:
+    """The current inventory's ``firewall_member_cidrs`` (checked once per deploy run)."""
+    memo = run_memo(host.state, "firewall")
+    if "member_cidrs" not in memo:
+        memo["member_cidrs"] = member_cidrs(inventory)
+    return memo["member_cidrs"]
+
+
 def ssh_ports(data: Mapping[str, Any], source: Mapping[str, Any] | None) -> list[int]:
     """SSH's ports: ``ssh_port`` (default 22) and the one the deploy is connected to."""
     ports = {int(data.get("ssh_port") or 22)}
@@ -440,8 +515,11 @@ def ssh_ports(data: Mapping[str, Any], source: Mapping[str, Any] | None) -> list
     return sorted(ports)
 
 
-def host_ruleset(current_host: Any, members: list[str], source: Mapping[str, Any] | None) -> str:
-    """The ruleset of a host from its settings, the cluster's members and the deploy's source."""
+def host_ruleset(
+    current_host: Any, members: list[str], source: Mapping[str, Any] | None, cidrs: Iterable[str] = ()
+) -> str:
+    """The ruleset of a host from its settings, the cluster's members (``cidrs``: every host's
+    ``firewall_member_cidrs``) and the deploy's source."""
     settings = host_settings(current_host)
     return render_ruleset(
         ray_ports=settings["ray_ports"],
@@ -453,7 +531,14 @@ def host_ruleset(current_host: Any, members: list[str], source: Mapping[str, Any
         deploy_source=source["address"] if source else None,
         nfs_server=serves_nfs(settings, current_host.name),
         members_all_ports=settings["firewall_members_all_ports"],
+        member_cidrs=cidrs,
     )
+
+
+def needs_load(loaded: Mapping[str, Any] | None, ruleset: str) -> bool:
+    """Whether the ruleset must be loaded: the table is not loaded, or not from this ruleset
+    (``loaded``: the fact ``RayrigTable``)."""
+    return loaded is None or loaded.get("digest") != ruleset_digest(ruleset)
 
 
 # --- Steps ----------------------------------------------------------------------------------------
@@ -461,16 +546,21 @@ def host_ruleset(current_host: Any, members: list[str], source: Mapping[str, Any
 
 def _remove() -> None:
     """Take away what an earlier deploy put there; plan nothing where there is nothing."""
-    loaded = TABLE in fact(host, NftTables)
     unit = fact(host, File, UNIT_PATH)
-    ruleset = fact(host, File, RULESET_PATH)
-    if loaded:
+    drop_in = fact(host, File, DROP_IN_PATH)
+    if fact(host, RayrigTable) is not None:
         server.shell(name="Delete rayrig's nftables table", commands=[f"nft delete table {TABLE}"])
+    removed = []
     if unit:
         systemd.service(name=f"Stop and disable {UNIT}", service=UNIT, running=False, enabled=False)
-        removed = files.file(name=f"Remove the {UNIT} unit", path=UNIT_PATH, present=False)
-        systemd.daemon_reload(name="Reload systemd units without rayrig's firewall", _if=removed.did_change)
-    if ruleset:
+        removed.append(files.file(name=f"Remove the {UNIT} unit", path=UNIT_PATH, present=False))
+    if drop_in:
+        name = f"Remove rayrig's drop-in for {NFTABLES_UNIT}"
+        removed.append(files.file(name=name, path=DROP_IN_PATH, present=False))
+    # Also when an earlier run removed the files and died before the reload.
+    if removed or any(fact(host, NeedDaemonReload, u) for u in (UNIT, NFTABLES_UNIT)):
+        daemon_reload("Reload systemd units without rayrig's firewall", removed, [UNIT, NFTABLES_UNIT])
+    if fact(host, File, RULESET_PATH):
         files.file(name="Remove rayrig's nftables ruleset", path=RULESET_PATH, present=False)
 
 
@@ -486,15 +576,22 @@ def firewall() -> None:
         raise FirewallConflict(conflict_message(host.name, others, settings["ray_ports"]))
     # Without sudo: sudo clears $SSH_CONNECTION.
     source = host.get_fact(DeploySource, _sudo=False)
-    ruleset = host_ruleset(host, cluster_members(), source)
+    ruleset = host_ruleset(host, cluster_members(), source, cluster_member_cidrs())
 
     install_packages(["nftables"], "Install nftables")
-    rules = files.put(name="Install rayrig's nftables ruleset", src=StringIO(ruleset), dest=RULESET_PATH, mode="644")
-    # Load when the file changed, or when the table is not there (a reboot without the unit, a flush).
-    when = {"_if": rules.did_change} if TABLE in fact(host, NftTables) else {}
-    server.shell(name="Check rayrig's nftables ruleset", commands=[check_command()], **when)
-    server.shell(name="Load rayrig's nftables ruleset", commands=[f"nft -f {shlex.quote(RULESET_PATH)}"], **when)
+    files.put(name="Install rayrig's nftables ruleset", src=StringIO(ruleset), dest=RULESET_PATH, mode="644")
+    # Load unless the table loaded now is this ruleset: not on whether the file changed, so that
+    # a run that died before loading, a reboot without the unit or a flush are put right.
+    if needs_load(fact(host, RayrigTable), ruleset):
+        server.shell(name="Check rayrig's nftables ruleset", commands=[check_command()])
+        server.shell(name="Load rayrig's nftables ruleset", commands=[f"nft -f {shlex.quote(RULESET_PATH)}"])
 
     unit = put_template(f"Install the {UNIT} unit", UNIT_TEMPLATE, UNIT_PATH, **_unit_values())
-    systemd.daemon_reload(name="Reload systemd units for rayrig's firewall", _if=unit.did_change)
+    drop_in = put_template(
+        f"Install the drop-in that loads rayrig's table after {NFTABLES_UNIT}",
+        DROP_IN_TEMPLATE,
+        DROP_IN_PATH,
+        **_unit_values(),
+    )
+    daemon_reload("Reload systemd units for rayrig's firewall", [unit, drop_in], [UNIT, NFTABLES_UNIT])
     systemd.service(name=f"Enable {UNIT} (loads the ruleset at boot)", service=UNIT, running=True, enabled=True)

@@ -9,14 +9,17 @@ server answers on TCP 2049. ``deploy.storage`` calls ``serve_exports`` and
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import shlex
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from pyinfra import host, inventory
+from pyinfra.api import FactBase
 from pyinfra.operations import files, server, systemd
 
+from deploy.facts import fact
 from deploy.mount_units import (
     MARKER,
     MOUNT_TIMEOUT_S,
@@ -28,9 +31,11 @@ from deploy.mount_units import (
 )
 from deploy.settings import node_address
 from deploy.templating import put_template, render
+from deploy.units import NeedDaemonReload
 
 EXPORTS_DIR = "/etc/exports.d"
 EXPORTS_FILE = f"{EXPORTS_DIR}/rayrig.exports"
+ETAB = "/var/lib/nfs/etab"  # the live export table, rewritten by every exportfs -r
 NFS_PORT = 2049
 PROBE_TIMEOUT_S = 10  # how long an NFS server has to answer on TCP 2049
 
@@ -42,6 +47,38 @@ NFS_SERVER_PACKAGES = {"apt": ("nfs-kernel-server",), "dnf": ("nfs-utils",)}
 NFS_CLIENT_PACKAGES = {"apt": ("nfs-common",), "dnf": ("nfs-utils",)}
 UNIT_TEMPLATE = "nfs.mount.j2"
 EXPORTS_TEMPLATE = "rayrig.exports.j2"
+
+
+class ExportTimes(FactBase):
+    """When rayrig's exports file and the live export table were last written, in seconds
+    since the epoch: ``{"exports": 1733000000.5, "etab": 1733000001.25}`` (None: absent)."""
+
+    @staticmethod
+    def default() -> dict[str, float | None]:
+        return {"exports": None, "etab": None}
+
+    def command(self) -> str:
+        return (
+            "; ".join(
+                f'[ -f {path} ] && echo "RAYRIG_WRITTEN {key} $(date -r {path} +%s.%N)"'
+                for key, path in (("exports", EXPORTS_FILE), ("etab", ETAB))
+            )
+            + "; true"
+        )
+
+    def process(self, output: list[str]) -> dict[str, float | None]:
+        times = self.default()
+        for line in output:
+            words = line.split()
+            if len(words) == 3 and words[0] == "RAYRIG_WRITTEN" and words[1] in times:
+                with contextlib.suppress(ValueError):
+                    times[words[1]] = float(words[2])
+        return times
+
+
+def exports_unread(times: Mapping[str, float | None]) -> bool:
+    """Whether rayrig's exports file was written after the live export table (``ExportTimes``)."""
+    return times["exports"] is not None and (times["etab"] is None or times["exports"] > times["etab"])
 
 
 # --- Pure helpers ----------------------------------------------------------------------------------
@@ -146,7 +183,9 @@ def serve_exports(settings: dict[str, Any]) -> None:
         **_exports_values(settings["storage_nfs_exports"], addresses),
     )
     systemd.service(name="Enable and start the NFS server", service=NFS_SERVER_SERVICE, running=True, enabled=True)
-    server.shell(name="Re-export the NFS exports", commands=["exportfs -ra"], _if=exports.did_change)
+    # Also when the file is newer than the live table: a run that died before re-exporting.
+    when = {} if exports_unread(fact(host, ExportTimes)) else {"_if": exports.did_change}
+    server.shell(name="Re-export the NFS exports", commands=["exportfs -ra"], **when)
 
 
 def nfs_mount(mount: dict[str, Any], mounted: dict[str, Any], units: dict[str, bool]) -> None:
@@ -163,6 +202,8 @@ def nfs_mount(mount: dict[str, Any], mounted: dict[str, Any], units: dict[str, b
     )
     current = mounted.get(path) or {}
     ready = current.get("source") == source and current.get("fstype", "").startswith("nfs") and units.get(name)
+    # A unit file newer than what systemd runs: a run died before the remount, old options are live.
+    ready = ready and not fact(host, NeedDaemonReload, name)
     what = f"{source} at {path}"
     commands = [probe_command(address, f"{mount['server']}:{mount['export']} at {path}", host.name)]
     activate(what, bool(ready), [unit], [*commands, *activate_commands(name, what, path, host.name)])

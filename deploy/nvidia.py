@@ -15,7 +15,9 @@ On a host with NVIDIA GPUs on its PCI bus (fact ``NvidiaDevices``), ensures:
 - the NVIDIA Container Toolkit at ``nvidia_toolkit_version`` from
   ``nvidia_toolkit_repo_url`` (signed apt or dnf repository), and the NVIDIA
   runtime registered in daemon.json (``nvidia-ctk runtime configure``) only
-  when daemon.json lacks it, with Docker restarted only then;
+  when daemon.json lacks it, with Docker restarted only then (a run that died
+  before that restart leaves daemon.json newer than the daemon: the Docker
+  step of the next run restarts it);
 - after any of that changed, a smoke check: a container from ``ray_image``
   given the same ``--gpus`` as ray-node lists as many GPUs as Ray is given.
 

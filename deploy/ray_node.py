@@ -11,7 +11,10 @@ A systemd unit of the container's name supervises it (``docker start
 ``docker kill``-ed is started again within seconds, and at boot. Docker's own
 restart policy would not do that: it treats ``docker kill`` as a deliberate
 stop. A worker whose head is not up yet simply exits and is restarted until
-the head answers.
+the head answers. At boot the unit waits for rayrig's firewall table (with
+``firewall_enabled``) and for the shared mounts, then fails and is started
+again, so that a late NFS server or S3 endpoint delays Ray instead of stopping
+it for good, and Ray never listens unprotected.
 
 The container carries a label with a hash of its desired configuration: a
 re-run with unchanged data plans nothing, a changed value replaces the
@@ -31,17 +34,20 @@ from pyinfra.api import deploy
 from pyinfra.api.exceptions import PyinfraError
 from pyinfra.operations import files, server, systemd
 
-from deploy import auth, env_secret
+from deploy import auth, env_secret, firewall
+from deploy.base import platform
 from deploy.facts import ContainerState, HostInfo, NvidiaDevices, fact
 from deploy.secret_files import put_secret_file
 from deploy.settings import host_data, host_settings, merge, node_address
-from deploy.storage import mount_points
+from deploy.storage import mount_points, mount_units
 from deploy.templating import put_template, render
+from deploy.units import daemon_reload
 
 HASH_LABEL = "rayrig.config-hash"
 ROLE_LABEL = "rayrig.role"
 TOKEN_LABEL = "rayrig.auth-token-digest"  # says when the token changed, nothing about it
 UNIT_TEMPLATE = "ray-node.service.j2"  # the systemd unit that supervises the container
+UNIT_WAIT_S = 60  # how long the unit waits for the firewall table, then for the mounts, before it tries again
 
 
 class GpuCountError(PyinfraError):
@@ -157,7 +163,7 @@ def docker_run_args(
     ``token_digest`` (``auth.token_digest``) is set when Ray token authentication
     is on: the token file is mounted read-only, and a new token replaces the
     container. Every shared-storage mount point is bind-mounted at its own path
-    (the unit requires those mounts, so a remount restarts the container and it
+    (the unit is PartOf= their units, so a remount restarts the container and it
     sees the new one; no mount propagation is needed).
     """
     args = [
@@ -238,14 +244,42 @@ def desired_run_args(current_host: Any) -> tuple[str, list[str]]:
     return role, docker_run_args(settings, role, start, num_gpus, shm, nofile, digest)
 
 
-def unit_text(container: str, mounts: list[str] | tuple[str, ...] = ()) -> str:
+def unit_text(
+    container: str,
+    mounts: list[str] | tuple[str, ...] = (),
+    units: list[str] | tuple[str, ...] = (),
+    firewall_table: str | None = None,
+) -> str:
     """The systemd unit that supervises the container (``templates/ray-node.service.j2``).
 
-    With shared ``mounts``, the unit requires them (``RequiresMountsFor``): Ray
-    starts only once they are mounted, and a remount restarts the container so
-    that its bind mounts show the new mount.
+    With ``firewall_table`` (rayrig's nftables table), the container starts only once
+    that table is loaded. With shared ``mounts`` (their systemd ``units``, in the same
+    order), it starts only once they are mounted: the unit wants them and waits for
+    them (``UNIT_WAIT_S``), then fails and is started again (``Restart=always``), which
+    tries the mounts again; a remount restarts the container (``PartOf=``) so that its
+    bind mounts show the new mount.
     """
-    return render(UNIT_TEMPLATE, container=container, mounts=list(mounts))
+    return render(UNIT_TEMPLATE, **_unit_values(container, mounts, units, firewall_table))
+
+
+def _unit_values(container: str, mounts: Any, units: Any, firewall_table: str | None) -> dict[str, Any]:
+    return {
+        "container": container,
+        "mounts": list(mounts),
+        "units": list(units),
+        "firewall_table": firewall_table,
+        "firewall_unit": firewall.UNIT,
+        "nft": firewall.NFT,
+        "wait_s": UNIT_WAIT_S,
+        "start_timeout_s": 2 * UNIT_WAIT_S + 30,
+    }
+
+
+def host_unit_values(settings: dict[str, Any]) -> dict[str, Any]:
+    """The unit's template values for the current host."""
+    table = firewall.TABLE if settings["firewall_enabled"] else None
+    units = mount_units(settings, platform(), host.name)
+    return _unit_values(settings["ray_container_name"], mount_points(settings), units, table)
 
 
 @deploy("Ray node")
@@ -285,11 +319,10 @@ def ray_node() -> None:
         f"Install the {name} systemd unit",
         UNIT_TEMPLATE,
         f"/etc/systemd/system/{name}.service",
-        container=name,
-        mounts=mount_points(settings),
+        **host_unit_values(settings),
     )
     if is_current(fact(host, ContainerState, name), run_args):
-        systemd.daemon_reload(name="Reload systemd units", _if=unit.did_change)
+        daemon_reload("Reload systemd units", [unit], [f"{name}.service"])
         systemd.service(
             name=f"Keep the {name} service enabled and running",
             service=f"{name}.service",

@@ -179,6 +179,11 @@ PROPERTIES: dict[str, dict[str, Any]] = {
         "x-expected": 'a list of addresses or networks such as "203.0.113.0/24"',
     },
     "firewall_extra_tcp_ports": _TCP_PORTS,
+    "firewall_member_cidrs": {
+        "type": "array",
+        "items": {"type": "string", "pattern": r"\A[0-9A-Fa-f:.]+(/[0-9]{1,3})?\Z"},
+        "x-expected": 'a list of IP addresses or networks such as "192.168.100.0/24" (the host\'s other NICs)',
+    },
     "storage_nfs_server": {
         "type": ["string", "null"],
         "pattern": _HOST_NAME,

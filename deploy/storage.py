@@ -106,6 +106,12 @@ def mount_points(settings: dict[str, Any]) -> list[str]:
     return [m["path"] for m in settings["storage_nfs_mounts"]] + [m["path"] for m in settings["storage_s3_mounts"]]
 
 
+def mount_units(settings: dict[str, Any], plat: Platform, host_name: str = "") -> list[str]:
+    """The systemd unit of every shared mount of a host, as ``mount_points`` lists them."""
+    nfs = [mount_unit_name(m["path"]) for m in settings["storage_nfs_mounts"]]
+    return nfs + [s3_unit_name(m["path"], s3_driver(m, plat, host_name)) for m in settings["storage_s3_mounts"]]
+
+
 # --- Steps ----------------------------------------------------------------------------------------
 
 

@@ -22,7 +22,7 @@ import pytest
 
 from cloud import lab as local  # the module-scoped fixture below is named lab
 from cloud import ssh as remote
-from deploy import auth, settings
+from deploy import auth, firewall, settings
 from deploy.paths import repo_root
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -536,6 +536,55 @@ def test_a_rerun_of_the_secured_inventory_changes_nothing(lab, secured):
     changes = changed_operations(result.stdout + result.stderr)
     assert all(n == 0 for n in changes.values()), changes
     assert {h["address"]: lab.container_id(h) for h in lab.hosts} == before
+
+
+# --- Boot order: the firewall, the mounts and Ray come back by themselves ---------------------------
+
+
+def rayrig_table_digest(lab: Lab, h: dict) -> tuple[str | None, str]:
+    """(the digest the loaded table carries, the digest of the ruleset file) on a host."""
+    status, listing = remote.run(lab.target(h), f"sudo nft list table {firewall.TABLE}")
+    loaded = firewall.RayrigTable().process(listing.splitlines()) if status == 0 else None
+    return (loaded or {}).get("digest"), firewall.ruleset_digest(lab.sh(h, f"sudo cat {firewall.RULESET_PATH}"))
+
+
+def test_restarting_nftables_leaves_rayrig_table_loaded(lab, secured):
+    worker = lab.workers[0]
+    loaded, wanted = rayrig_table_digest(lab, worker)
+    assert loaded == wanted
+    # Debian's nftables.service flushes the whole ruleset (/etc/nftables.conf begins with "flush ruleset").
+    lab.sh(worker, "sudo systemctl restart nftables.service")
+    assert rayrig_table_digest(lab, worker) == (wanted, wanted)
+    lab.sh(worker, "sudo systemctl reload nftables.service")
+    assert rayrig_table_digest(lab, worker) == (wanted, wanted)
+    # nftables.service stays started and Docker's rules flushed until the next test reboots this host.
+
+
+def test_a_rebooted_host_comes_back_with_its_firewall_mount_and_ray_node(lab, secured):
+    worker = lab.workers[0]
+    old_container = lab.container_id(worker)
+    old_nodes = {n["id"] for n in cluster_state(lab)["nodes"]}
+    # A reboot: the host container's systemd stops everything, then boots again; no deploy runs.
+    subprocess.run(["docker", "restart", "--time", "60", worker["container"]], check=True, timeout=180)
+    rebooted_at = time.monotonic()
+    deadline = rebooted_at + 180
+    while not remote.ssh_answers(worker["address"], timeout=2.0):
+        assert time.monotonic() < deadline, "sshd did not come back within 180 s"
+        time.sleep(2)
+    rejoined = False
+    while time.monotonic() < deadline and not rejoined:
+        time.sleep(3)
+        state = cluster_state(lab, wait=0)
+        rejoined = any(n["ip"] == worker["address"] and n["id"] not in old_nodes for n in state["nodes"])
+    print(f"worker rejoined {time.monotonic() - rebooted_at:.1f} s after its reboot")
+    assert rejoined, "the rebooted worker's Ray node did not join within 180 s"
+    assert lab.container_id(worker) == old_container  # the same container, started by its unit
+    loaded, wanted = rayrig_table_digest(lab, worker)
+    assert loaded == wanted, "rayrig's table is not loaded after the reboot"
+    assert lab.sh(worker, "mountpoint /mnt/datasets").strip() == "/mnt/datasets is a mountpoint"
+    assert outsider_probe(lab, [(worker["address"], ray_ports()["node_manager"])]) == {
+        f"{worker['address']}:{ray_ports()['node_manager']}": False
+    }
 
 
 def test_lab_down_leaves_nothing(lab):

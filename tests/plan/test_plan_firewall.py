@@ -10,6 +10,7 @@ import socket
 import pytest
 
 from deploy.firewall import FirewallConflict, UnresolvableNode
+from deploy.firewall_members import InvalidMemberCidr
 from tests.plan.fakes.fake_firewall import DEPLOY_SOURCE, expected_ruleset
 from tests.plan.fakes.fakehosts import CPU_WORKER, FAMILY, GPU_WORKER, HEAD, OSES, cluster, reference_cluster, with_data
 from tests.plan.harness import HostRun, run_deploy
@@ -17,6 +18,7 @@ from tests.plan.test_cli_fake import command_lines, operation_output, run_pyinfr
 
 RULESET = "/etc/rayrig/firewall.nft"
 UNIT = "/etc/systemd/system/rayrig-firewall.service"
+DROP_IN = "/etc/systemd/system/nftables.service.d/rayrig.conf"
 MEMBERS = ["10.0.0.1", "10.0.0.2", "10.0.0.3"]
 ALL = (HEAD, GPU_WORKER, CPU_WORKER)
 
@@ -82,8 +84,11 @@ def test_fresh_host_enables_the_unit_that_loads_it_at_boot(fresh):
         assert names.index("Firewall | Reload systemd units for rayrig's firewall") < names.index(
             "Firewall | Enable rayrig-firewall.service (loads the ruleset at boot)"
         )
-        # The distribution's own nftables setup is left alone.
-        assert not any("/etc/nftables.conf" in c or "nftables.service" in c for c in host.commands)
+        # The distribution's own nftables setup is left alone: only a drop-in of rayrig's is added.
+        drop_in = host.op("Install the drop-in that loads rayrig's table after nftables.service").uploads[DROP_IN]
+        assert f"ExecStartPost=-/usr/sbin/nft -f {RULESET}\n" in drop_in
+        assert f"ExecReload=-/usr/sbin/nft -f {RULESET}\n" in drop_in
+        assert not any("/etc/nftables.conf" in c or "systemctl" in c and "nftables" in c for c in host.commands)
         assert not any("flush ruleset" in c for c in host.commands)
 
 
@@ -226,6 +231,7 @@ def test_turning_the_firewall_off_removes_it(os_name):
             "Firewall | Delete rayrig's nftables table",
             "Firewall | Stop and disable rayrig-firewall.service",
             "Firewall | Remove the rayrig-firewall.service unit",
+            "Firewall | Remove rayrig's drop-in for nftables.service",
             "Firewall | Reload systemd units without rayrig's firewall",
             "Firewall | Remove rayrig's nftables ruleset",
         ]
@@ -235,10 +241,17 @@ def test_turning_the_firewall_off_removes_it(os_name):
             "systemctl disable rayrig-firewall.service",
         ]
         assert host.op("Remove the rayrig-firewall.service unit").commands == [f"rm -f {UNIT}"]
+        assert host.op("Remove rayrig's drop-in for nftables.service").commands == [f"rm -f {DROP_IN}"]
         assert host.op("Remove rayrig's nftables ruleset").commands == [f"rm -f {RULESET}"]
         assert not any("apt-get" in c or "dnf" in c for c in host.commands)  # nftables itself stays
     assert set(run.changed_hosts) == set(ALL)
-    assert all(n.startswith("Firewall |") for names in run.changed_hosts.values() for n in names)
+    # Beside the firewall, only the ray-node unit moves: it no longer waits for rayrig's table.
+    others = {n for names in run.changed_hosts.values() for n in names if not n.startswith("Firewall |")}
+    assert others == {"Ray node | Install the ray-node systemd unit", "Ray node | Reload systemd units"}
+    for name in ALL:
+        unit = run[name].uploads["/etc/systemd/system/ray-node.service"]
+        assert "rayrig-firewall.service" not in unit and "nft list table" not in unit
+        assert not run[name].commands_matching("^docker (create|rm)")
 
 
 def test_turned_off_firewall_with_its_table_already_gone_removes_the_rest():
@@ -295,3 +308,19 @@ def test_pyinfra_prints_the_conflict_and_exits_non_zero_before_any_operation(tmp
     assert not operation_output(output)
     commands = [cmd for _host, cmd in command_lines(output)]
     assert not any(cmd.startswith(("apt-get", "nft ", "systemctl ", "docker ")) for cmd in commands)
+
+
+def test_member_cidrs_of_one_host_are_members_on_every_host():
+    """A GPU worker's InfiniBand address: NCCL from it reaches every node."""
+    hosts = with_data(reference_cluster("ubuntu22"), GPU_WORKER, firewall_member_cidrs=["192.168.100.2"])
+    run = run_deploy(hosts)
+    for name in ALL:
+        assert elements(run[name].uploads[RULESET], "members_v4") == [*MEMBERS, "192.168.100.2"]
+
+
+def test_a_bad_member_cidr_stops_the_deploy_before_any_change():
+    hosts = with_data(reference_cluster("ubuntu22"), CPU_WORKER, firewall_member_cidrs=["0.0.0.0/0"])
+    with pytest.raises(InvalidMemberCidr) as error:
+        run_deploy(hosts)
+    assert str(error.value).startswith(f"host {CPU_WORKER}: firewall_member_cidrs[0] = '0.0.0.0/0': expected")
+    assert str(error.value).endswith("Nothing was changed on any host.")

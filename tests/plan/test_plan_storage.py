@@ -440,7 +440,7 @@ def test_a_host_that_no_longer_serves_nfs_drops_rayrigs_exports():
     assert run[HEAD].op("Remove rayrig's NFS exports").commands[0] == "rm -f /etc/exports.d/rayrig.exports"
 
 
-def test_ray_node_bind_mounts_every_mount_and_its_unit_requires_them():
+def test_ray_node_bind_mounts_every_mount_and_its_unit_waits_for_them():
     data = {**NFS, **S3}
     paths = [m["path"] for m in data["storage_nfs_mounts"]] + [m["path"] for m in data["storage_s3_mounts"]]
     run = run_deploy(reference_cluster("ubuntu22", data=data))
@@ -450,7 +450,12 @@ def test_ray_node_bind_mounts_every_mount_and_its_unit_requires_them():
             f"--mount=type=bind,src={p},dst={p}" for p in paths
         ]
         unit = run[name].uploads["/etc/systemd/system/ray-node.service"]
-        assert f"RequiresMountsFor={' '.join(paths)}\n" in unit
+        # Wanted and waited for, not required: a late mount delays Ray instead of failing it for good.
+        units = "mnt-shared.mount mnt-ml\\x2ddata.mount mnt-datasets.mount mnt-checkpoints.mount"
+        for key in ("Wants", "After", "PartOf"):
+            assert f"{key}={units}\n" in unit
+        assert f"wait-for-mounts {' '.join(paths)}\n" in unit
+        assert "RequiresMountsFor" not in unit
 
 
 def test_adding_a_mount_replaces_each_ray_node_container_once():

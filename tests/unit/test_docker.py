@@ -11,7 +11,15 @@ import pytest
 from pyinfra.context import ctx_host
 
 from deploy import platform, settings
-from deploy.docker import REPO_PACKAGES, DaemonConfigError, engine_packages, merge_daemon_config, parse_daemon_config
+from deploy.docker import (
+    REPO_PACKAGES,
+    DaemonConfigError,
+    DockerDaemon,
+    engine_packages,
+    merge_daemon_config,
+    parse_daemon_config,
+    runs_older_config,
+)
 from deploy.facts import HostInfo
 from tests.plan.fakes.fakehosts import OS_RELEASE
 
@@ -117,3 +125,36 @@ def test_engine_packages(os_name, source, packages, from_repo):
 
 def test_repo_packages_are_dockers_own():
     assert REPO_PACKAGES == ("docker-ce", "docker-ce-cli", "containerd.io", "docker-buildx-plugin")
+
+
+# --- The running daemon against daemon.json ----------------------------------------------------------
+
+
+def daemon_fact(written: str | None, main_pid: int = 4242) -> dict:
+    """The fact on a host up 5000 s whose dockerd started 1000 s after boot (at 1733001000.25)."""
+    output = [
+        f"MainPID={main_pid}",
+        "ExecMainStartTimestampMonotonic=1000250000",
+        "RAYRIG_UPTIME=5000.00",
+        "RAYRIG_NOW=1733005000.000000000",
+        *([f"RAYRIG_CONFIG_WRITTEN={written}"] if written else []),
+    ]
+    return DockerDaemon().process(output)
+
+
+def test_docker_daemon_fact_puts_start_and_write_on_one_clock():
+    fact = daemon_fact("1733001000.100000000")
+    assert fact["started"] == pytest.approx(1733001000.25)
+    assert fact["config_written"] == pytest.approx(1733001000.1)
+    assert not runs_older_config(fact)  # written, then the restart read it, 0.15 s later
+
+
+def test_daemon_json_written_after_the_daemon_started_asks_for_a_restart():
+    assert runs_older_config(daemon_fact("1733001000.400000000"))
+
+
+def test_no_daemon_or_no_daemon_json_asks_for_no_restart():
+    assert not runs_older_config(daemon_fact("1733004000.0", main_pid=0))  # not running: the start reads it
+    assert not runs_older_config(daemon_fact(None))
+    assert DockerDaemon().process([]) == {"started": None, "config_written": None}
+    assert "/etc/docker/daemon.json" in DockerDaemon().command()

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from deploy.facts import ContainerState, DockerImageId, FileText, HostInfo, NvidiaDevices
+from deploy.units import NeedDaemonReload
 from tests.plan.fakes.fakehosts import H100, OS_RELEASE
 
 
@@ -81,3 +82,11 @@ def test_docker_facts():
     assert container == {"id": "abc", "running": True, "restarting": False, "image": "img", "labels": {"a": "b"}}
     assert FileText().process(["ABSENT"]) is None
     assert FileText().process(["EXISTS", "{", "}"]) == "{\n}"
+
+
+def test_need_daemon_reload_fact():
+    fact = NeedDaemonReload()
+    assert fact.process(["NeedDaemonReload=yes"]) is True
+    assert fact.process(["NeedDaemonReload=no"]) is False
+    assert fact.process([]) is False  # no systemd, or a unit it does not know
+    assert "--property NeedDaemonReload -- 'ray node.service'" in fact.command("ray node.service")

@@ -24,20 +24,24 @@ import pytest
 from deploy import firewall, settings
 from deploy.firewall import (
     DeploySource,
-    NftTables,
     OtherFirewalls,
+    RayrigTable,
     UnresolvableNode,
     collapse_networks,
     conflict_message,
+    drop_in_text,
     is_loopback,
     member_addresses,
+    needs_load,
     parse_address,
     ports_match,
     render_ruleset,
     resolve_address,
+    ruleset_digest,
     ssh_ports,
     unit_text,
 )
+from deploy.firewall_members import InvalidMemberCidr, member_cidrs
 from deploy.ports import port_ranges
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "firewall"
@@ -85,6 +89,14 @@ SCENARIOS = {
         "members": ["10.0.0.1", "10.0.0.2", "10.0.0.3"],
         "deploy_source": SOURCE,
         "members_all_ports": False,
+    },
+    # Every node has a second NIC (InfiniBand, RoCE) on 192.168.100.0/24, one of them also on an
+    # IPv6 fabric: their addresses are members too (firewall_member_cidrs).
+    "member-cidrs": {
+        "ray_ports": PORTS,
+        "members": ["10.0.0.1", "10.0.0.2", "10.0.0.3"],
+        "deploy_source": SOURCE,
+        "member_cidrs": ["192.168.100.0/24", "192.168.100.7", "fd00:1b::/64"],
     },
     # One node, deployed locally (no SSH source), with its own ports.
     "one-node": {"ray_ports": CUSTOM_PORTS, "members": ["10.0.0.1"], "dashboard_host": "localhost"},
@@ -424,10 +436,39 @@ def test_deploy_source_fact():
     assert "SSH_CONNECTION" in DeploySource().command()
 
 
-def test_nft_tables_fact():
-    output = ["table ip nat", "table ip filter", "table inet rayrig"]
-    assert NftTables().process(output) == ["inet rayrig", "ip filter", "ip nat"]
-    assert NftTables().process([]) == []
+def test_rayrig_table_fact_reads_the_digest_the_loaded_table_carries():
+    listing = ["table inet rayrig {", '\tcomment "rayrig ruleset 3f2a9c0d5e6b7a81"', "\tset members_v4 {", "\t}", "}"]
+    assert RayrigTable().process(listing) == {"digest": "3f2a9c0d5e6b7a81"}
+    assert RayrigTable().process(["table inet rayrig {", "}"]) == {"digest": None}  # loaded, no digest
+    assert RayrigTable().process([]) is None  # not loaded, or no nft
+    assert "nft list table inet rayrig" in RayrigTable().command()
+
+
+def test_loaded_table_reads_back_the_digest_of_the_file_it_came_from(tmp_path):
+    """In a network namespace of its own: what nft lists is what the fact parses."""
+    path = GOLDEN / "member-cidrs.nft"
+    proc = nft(("nft", "-f", str(path)), ("nft", "list", "table", "inet", "rayrig"), netns=True)
+    assert proc.returncode == 0, proc.stderr
+    loaded = RayrigTable().process(proc.stdout.splitlines())
+    assert loaded == {"digest": ruleset_digest(path.read_text())}
+    assert not needs_load(loaded, path.read_text())
+
+
+def test_the_ruleset_is_loaded_unless_the_table_came_from_it():
+    text = rendered("default-3-node")
+    assert needs_load(None, text)  # not loaded
+    assert needs_load({"digest": None}, text)  # loaded before tables carried a digest
+    assert needs_load({"digest": ruleset_digest(rendered("nfs-server"))}, text)  # another ruleset
+    assert not needs_load({"digest": ruleset_digest(text)}, text)
+
+
+def test_digest_is_carried_in_the_table_and_covers_every_line():
+    text = rendered("default-3-node")
+    digest = ruleset_digest(text)
+    assert f'table inet rayrig {{\n\tcomment "rayrig ruleset {digest}"\n' in text
+    assert len(digest) == 16
+    assert ruleset_digest(text.replace("10.0.0.3", "10.0.0.4")) != digest
+    assert ruleset_digest(text.replace("policy drop", "policy accept")) != digest
 
 
 def test_other_firewalls_fact():
@@ -438,6 +479,57 @@ def test_other_firewalls_fact():
         "ufw": "enabled",
         "firewalld": "active",
     }
+
+
+def test_member_cidrs_join_the_members_without_overlaps():
+    text = rendered("member-cidrs")
+    # 192.168.100.7 lies in 192.168.100.0/24: an interval set refuses overlapping elements.
+    assert set_elements(text, "members_v4") == ["10.0.0.1", "10.0.0.2", "10.0.0.3", "192.168.100.0/24"]
+    assert set_elements(text, "members_v6") == ["fd00:1b::/64"]
+    assert "firewall_member_cidrs" in text
+    # They reach what the members reach: Ray's ports, and every port by default.
+    assert "ip saddr @members_v4 tcp dport @ray_ports accept" in text
+    assert "ip saddr @members_v4 accept" in text
+    # A node address covered by a member network is listed once, as the network.
+    covered = render_ruleset(ray_ports=PORTS, members=["10.0.0.1", "192.168.100.9"], member_cidrs=["192.168.100.0/24"])
+    assert set_elements(covered, "members_v4") == ["10.0.0.1", "192.168.100.0/24"]
+
+
+def test_member_cidrs_of_every_host_are_checked_and_joined():
+    hosts = [
+        fake_host("head", firewall_member_cidrs=["192.168.100.1"]),
+        fake_host("gpu-1", firewall_member_cidrs=["192.168.100.2", "192.168.100.1"]),
+        fake_host("cpu-1"),
+    ]
+    assert member_cidrs(hosts) == ["192.168.100.1", "192.168.100.2"]
+
+
+@pytest.mark.parametrize(
+    "value,expected",
+    [
+        ("192.168.1.300", 'expected an IP address or network such as "192.168.100.0/24"'),
+        ("10.0.0.0/33", "expected an IP address or network"),
+        ("0.0.0.0/0", "expected a network of the cluster's own NICs, /8 or narrower (IPv4)"),
+        ("10.0.0.0/7", "/8 or narrower (IPv4)"),
+        ("::/1", "/32 or narrower (IPv6)"),
+    ],
+)
+def test_bad_member_cidrs_stop_the_deploy_naming_host_key_and_value(value, expected):
+    hosts = [fake_host("head"), fake_host("gpu-1", firewall_member_cidrs=["192.168.100.2", value])]
+    with pytest.raises(InvalidMemberCidr) as error:
+        member_cidrs(hosts)
+    message = str(error.value)
+    assert message.startswith(f"host gpu-1: firewall_member_cidrs[1] = {value!r}: ")
+    assert expected in message
+    assert message.endswith("Nothing was changed on any host.")
+
+
+def test_drop_in_loads_rayrig_table_again_after_nftables_service():
+    text = drop_in_text()
+    assert "[Service]\n" in text
+    assert "ExecStartPost=-/usr/sbin/nft -f /etc/rayrig/firewall.nft\n" in text
+    assert "ExecReload=-/usr/sbin/nft -f /etc/rayrig/firewall.nft\n" in text
+    assert "ExecStop" not in text and "flush" not in text.split("[Service]")[1]
 
 
 def test_members_must_be_addresses():

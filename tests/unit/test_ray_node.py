@@ -4,12 +4,17 @@ lines, the configuration hash, sizes and limits, the GPU count, and the supervis
 from __future__ import annotations
 
 import shlex
+import shutil
 import socket
 import subprocess
+import tempfile
+import time
+from pathlib import Path
 
 import pytest
 
 from deploy import ray_node, settings
+from deploy.templating import render
 
 
 def ray_settings(**changes):
@@ -221,3 +226,78 @@ def test_unit_supervises_the_named_container():
     assert "ExecStart=/usr/bin/env docker start --attach ray-node\n" in unit
     assert "Restart=always\n" in unit
     assert "Requires=docker.service\n" in unit
+
+
+# --- The unit at boot: the firewall first, the mounts waited for --------------------------------------
+
+UNITS = ["mnt-shared.mount", "rayrig-s3-mnt-datasets.service"]
+MOUNTS = ["/mnt/shared", "/mnt/datasets"]
+
+
+def unit_lines(text: str, key: str) -> list[str]:
+    return [line.split("=", 1)[1] for line in text.splitlines() if line.startswith(f"{key}=")]
+
+
+def test_unit_waits_for_its_mounts_instead_of_requiring_them():
+    unit = ray_node.unit_text("ray-node", MOUNTS, UNITS)
+    assert "RequiresMountsFor" not in unit  # that fails the unit for good when a mount is late
+    for key in ("Wants", "After", "PartOf"):
+        assert " ".join(UNITS) in unit_lines(unit, key), key
+    [wait] = unit_lines(unit, "ExecStartPre")
+    assert "mountpoint -q" in wait and wait.endswith("wait-for-mounts /mnt/shared /mnt/datasets")
+    assert "Restart=always\n" in unit
+    timeout = int(unit_lines(unit, "TimeoutStartSec")[0])
+    assert timeout > 2 * ray_node.UNIT_WAIT_S  # the waits end before systemd gives up on the start
+
+
+def test_unit_without_mounts_or_firewall_waits_for_nothing():
+    unit = ray_node.unit_text("ray-node")
+    assert unit_lines(unit, "ExecStartPre") == []
+    assert "rayrig-firewall" not in unit and "PartOf" not in unit
+
+
+def test_unit_starts_ray_only_once_the_firewall_table_is_loaded():
+    unit = ray_node.unit_text("ray-node", firewall_table="inet rayrig")
+    assert unit_lines(unit, "Wants").count("rayrig-firewall.service") == 1
+    assert "rayrig-firewall.service" in unit_lines(unit, "After")
+    # Wants=, not Requires=: restarting the firewall with nftables.service leaves Ray running.
+    assert "rayrig-firewall.service" not in " ".join(unit_lines(unit, "Requires") + unit_lines(unit, "PartOf"))
+    [wait] = unit_lines(unit, "ExecStartPre")
+    assert "/usr/sbin/nft list table inet rayrig" in wait
+
+
+def exec_start_pre(unit: str) -> list[list[str]]:
+    """The ExecStartPre command lines as systemd runs them ("$$" is a literal "$")."""
+    return [shlex.split(line.replace("$$", "$")) for line in unit_lines(unit, "ExecStartPre")]
+
+
+def test_mount_wait_passes_on_mounted_paths_and_fails_naming_a_missing_one(tmp_path):
+    values = {**ray_node._unit_values("ray-node", ["/proc", str(tmp_path)], ["a.mount", "b.mount"], None), "wait_s": 2}
+    [wait] = exec_start_pre(render(ray_node.UNIT_TEMPLATE, **values))
+    started = time.monotonic()
+    proc = subprocess.run(wait, capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 1
+    assert 2 <= time.monotonic() - started < 15  # it waited, and not for ever
+    assert f"{tmp_path} is not mounted after 2 s" in proc.stderr
+    mounted = subprocess.run([*wait[:-1]], capture_output=True, text=True, timeout=30)  # /proc only
+    assert mounted.returncode == 0, mounted.stderr
+
+
+def test_firewall_wait_fails_with_a_message_when_the_table_is_missing():
+    values = {**ray_node._unit_values("ray-node", [], [], "inet rayrig-absent"), "wait_s": 1}
+    [wait] = exec_start_pre(render(ray_node.UNIT_TEMPLATE, **values))
+    proc = subprocess.run(wait, capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 1
+    assert "the firewall table inet rayrig-absent is not loaded after 1 s" in proc.stderr
+
+
+def test_unit_is_valid_for_systemd():
+    if not shutil.which("systemd-analyze"):
+        pytest.skip("systemd-analyze is not installed")
+    unit = ray_node.unit_text("ray-node", MOUNTS, UNITS, "inet rayrig")
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "ray-node.service"
+        path.write_text(unit)
+        proc = subprocess.run(["systemd-analyze", "verify", str(path)], capture_output=True, text=True, timeout=60)
+    problems = [line for line in proc.stderr.splitlines() if "ray-node.service:" in line]
+    assert problems == [], proc.stderr

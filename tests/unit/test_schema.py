@@ -452,3 +452,11 @@ def test_s3_secrets_never_appear_in_problems():
 def test_auth_and_the_nfs_server_are_the_same_on_every_host():
     problems = validate_cluster([head(ray_auth="none"), worker(1)])
     assert [(p.key, p.expected) for p in problems] == [("ray_auth", "the same value on every host of the cluster")]
+
+
+@pytest.mark.parametrize("value", ["10.0.0.1;reboot", "$(id)", "192.168.1.0/24\n", "-1.2.3.4", "fd00::1%eth0", ""])
+def test_member_cidrs_take_addresses_and_networks_only(value):
+    assert validate_host("h", {"firewall_member_cidrs": ["192.168.100.0/24", "fd00:1b::/64", "10.1.2.3"]}) == []
+    [problem] = validate_host("h", {"firewall_member_cidrs": ["192.168.100.0/24", value]})
+    assert problem.key == "firewall_member_cidrs[1]"
+    assert 'expected a list of IP addresses or networks such as "192.168.100.0/24"' in str(problem)

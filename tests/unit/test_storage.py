@@ -521,3 +521,17 @@ def test_s3fs_mounts_a_bucket_with_the_options_the_unit_uses(tmp_path):
                 where.rmdir()
         with contextlib.suppress(OSError):
             points.rmdir()
+
+
+# --- The live export table against rayrig's exports file ---------------------------------------------
+
+
+def test_export_times_fact_and_when_the_exports_are_unread():
+    process = nfs.ExportTimes().process
+    times = process(["RAYRIG_WRITTEN exports 1733000100.5", "RAYRIG_WRITTEN etab 1733000101.25"])
+    assert times == {"exports": 1733000100.5, "etab": 1733000101.25}
+    assert not nfs.exports_unread(times)  # exportfs -r rewrote the table after the file
+    assert nfs.exports_unread({"exports": 1733000102.0, "etab": 1733000101.25})  # died before exportfs -ra
+    assert nfs.exports_unread({"exports": 1733000102.0, "etab": None})  # never exported
+    assert not nfs.exports_unread(process([]))  # no file of rayrig's
+    assert nfs.ETAB in nfs.ExportTimes().command() and nfs.EXPORTS_FILE in nfs.ExportTimes().command()

@@ -7,9 +7,10 @@ everything the firewall step puts there when converged (``options`` change one a
 
 A converged host with ``firewall_enabled`` has the nftables package, the ruleset
 (rendered by the pure ``deploy.firewall.render_ruleset`` from the host's data, the
-members and the deploy's source address) and the unit file with their modes, the
-unit enabled and active, and the table loaded beside Docker's. One with
-``firewall_enabled = False`` has none of it.
+members and the deploy's source address), the unit file and the drop-in for
+nftables.service with their modes, the unit enabled and active, systemd running
+the files on disk, and the table loaded from that ruleset (its comment carries the
+ruleset's digest). One with ``firewall_enabled = False`` has none of it.
 
 Options:
 
@@ -19,6 +20,11 @@ Options:
 - ``ufw`` / ``firewalld``: "active" or "enabled" (default: neither);
 - ``installed``: whether rayrig's firewall is there (default: converged and enabled);
 - ``table_loaded``: whether ``table inet rayrig`` is loaded (default: ``installed``);
+- ``table_digest``: the digest the loaded table's comment carries (default: the
+  ruleset's own; None: a table without one);
+- ``member_cidrs``: every host's ``firewall_member_cidrs`` (default: this host's own);
+- ``need_reload``: units whose files changed since systemd's last daemon-reload
+  (``rayrig-firewall.service``, ``nftables.service``);
 - ``nfs_server``: the host serves NFS to the members (``fakehosts.cluster`` sets it).
 """
 
@@ -32,8 +38,6 @@ from tests.plan.fakes.fakestep import FakeState
 
 #: The operator's address the fake hosts see the deploy connect from (TEST-NET-2).
 DEPLOY_SOURCE = "198.51.100.7"
-#: What Docker (iptables-nft) loads on a host where it runs.
-DOCKER_TABLES = ("table ip nat", "table ip filter", "table ip6 nat", "table ip6 filter")
 
 
 def expected_ruleset(
@@ -42,8 +46,10 @@ def expected_ruleset(
     deploy_source: str | None = DEPLOY_SOURCE,
     server_port: int = 22,
     nfs_server: bool = False,
+    member_cidrs: Sequence[str] | None = None,
 ) -> str:
-    """The ruleset a deploy with ``data`` leaves on a host."""
+    """The ruleset a deploy with ``data`` leaves on a host (``member_cidrs``: every
+    host's ``firewall_member_cidrs``, this host's own by default)."""
     s = settings.merge(data)
     ssh = sorted({int(data.get("ssh_port") or 22), *([server_port] if deploy_source else [])})
     return firewall.render_ruleset(
@@ -56,7 +62,15 @@ def expected_ruleset(
         deploy_source=deploy_source,
         nfs_server=nfs_server,
         members_all_ports=s["firewall_members_all_ports"],
+        member_cidrs=s["firewall_member_cidrs"] if member_cidrs is None else member_cidrs,
     )
+
+
+def table_listing(ruleset: str, digest: str | None) -> list[str]:
+    """What ``nft list table inet rayrig`` prints (the start of it) for a table loaded with
+    a comment carrying ``digest`` (None: no comment)."""
+    comment = [f'\tcomment "{firewall.DIGEST_PREFIX}{digest}"'] if digest else []
+    return [f"table {firewall.TABLE} {{", *comment, "\tset members_v4 {", "\t\ttype ipv4_addr", "\t}", "}"]
 
 
 def _systemd(key: str, value: str) -> list[str]:
@@ -81,8 +95,16 @@ def facts(
     state.responses["RAYRIG_FIREWALL="] = [
         f"RAYRIG_FIREWALL={name} {options[name]}" for name in ("ufw", "firewalld") if options.get(name)
     ]
-    tables = list(DOCKER_TABLES) if converged else []
-    state.responses["nft list tables"] = [*tables, *([f"table {firewall.TABLE}"] if table_loaded else [])]
+    ruleset = expected_ruleset(
+        data, members, source, server_port, bool(options.get("nfs_server")), options.get("member_cidrs")
+    )
+    # RayrigTable
+    digest = options.get("table_digest", firewall.ruleset_digest(ruleset))
+    state.responses[f"nft list table {firewall.TABLE}"] = table_listing(ruleset, digest) if table_loaded else []
+    # NeedDaemonReload of the firewall's unit and of nftables.service (its drop-in)
+    for unit in (firewall.UNIT, firewall.NFTABLES_UNIT):
+        stale = unit in options.get("need_reload", ())
+        state.responses[f"--property NeedDaemonReload -- {unit}"] = [f"NeedDaemonReload={'yes' if stale else 'no'}"]
     state.responses[f"--property SubState {firewall.UNIT}"] = _systemd("SubState", "exited" if installed else "dead")
     state.responses[f"--property UnitFileState {firewall.UNIT}"] = _systemd(
         "UnitFileState", "enabled" if installed else ""
@@ -90,9 +112,8 @@ def facts(
     if installed:
         state.packages = ("nftables",)
         state.dirs["/etc/rayrig"] = 755
-        state.files[firewall.RULESET_PATH] = (
-            expected_ruleset(data, members, source, server_port, bool(options.get("nfs_server"))),
-            644,
-        )
+        state.dirs[firewall.DROP_IN_PATH.rsplit("/", 1)[0]] = 755
+        state.files[firewall.RULESET_PATH] = (ruleset, 644)
         state.files[firewall.UNIT_PATH] = (firewall.unit_text(), 644)
+        state.files[firewall.DROP_IN_PATH] = (firewall.drop_in_text(), 644)
     return state

@@ -16,7 +16,10 @@ the unit enabled and the path mounted from the right source; the S3 credentials 
 - ``"unmounted"``: mount points that are not mounted; ``"disabled"``: mount points
   whose unit is not enabled; ``"mounted"``: mount point -> (source, fstype) mounted there;
 - ``"stale_units"``: more rayrig storage units on disk (names), ``"stale_credentials"``:
-  more credentials files (paths), ``"exports"``: whether rayrig's exports file is there.
+  more credentials files (paths), ``"exports"``: whether rayrig's exports file is there,
+  ``"exports_unread"``: whether it was written after the live export table (a run that
+  died before ``exportfs -ra``);
+  ``"need_reload"``: mount units whose file changed since systemd's last daemon-reload.
 """
 
 from __future__ import annotations
@@ -49,6 +52,12 @@ def server_address(name: str, members: Sequence[str], servers: Mapping[str, str]
 
 def s3_driver(os_name: str, mount: Mapping[str, Any]) -> str:
     return "mountpoint-s3" if os_name in NO_S3FS else mount.get("driver") or "s3fs"
+
+
+def expected_units(os_name: str, s: Mapping[str, Any]) -> list[str]:
+    """The systemd unit of every shared mount (merged settings ``s``), as ``mount_points`` lists them."""
+    nfs_units = [mount_units.mount_unit_name(m["path"]) for m in s["storage_nfs_mounts"]]
+    return nfs_units + [s3.s3_unit_name(m["path"], s3_driver(os_name, m)) for m in s["storage_s3_mounts"]]
 
 
 def is_nfs_server(data: Mapping[str, Any], members: Sequence[str], servers: Mapping[str, str]) -> bool:
@@ -158,6 +167,19 @@ def facts(
         "/sys/fs/cgroup cgroup2 cgroup2",
         *(f"{path} {source} {fstype}" for path, (source, fstype) in mounted.items()),
     ]
+    # NeedDaemonReload of the mount units
+    for name in units:
+        stale = name in options.get("need_reload", ())
+        state.responses[f"--property NeedDaemonReload -- {shlex.quote(name)}"] = [
+            f"NeedDaemonReload={'yes' if stale else 'no'}"
+        ]
+    # ExportTimes: the live table rewritten 5 s after the file (converged), or 5 s before it
+    if exports:
+        unread = bool(options.get("exports_unread"))
+        state.responses["RAYRIG_WRITTEN exports"] = [
+            "RAYRIG_WRITTEN exports 1733000100.000000000",
+            f"RAYRIG_WRITTEN etab {1733000095 if unread else 1733000105}.000000000",
+        ]
     # StorageState
     state.responses["rayrig-s3-*.service"] = [
         *(f"UNIT {name} {'enabled' if on else 'disabled'}" for name, on in units.items()),

@@ -33,7 +33,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from deploy import auth, env_secret, nfs, ray_node, settings
+from deploy import auth, env_secret, firewall, nfs, ray_node, settings
 from deploy.docker import merge_daemon_config
 from deploy.ray_image import registry_config
 from deploy.storage import mount_points
@@ -318,7 +318,9 @@ def expected_files(
     if gpus:
         files.update(nvidia_files(os_name, data, driver, nvswitches))
     name = s["ray_container_name"]
-    files[f"/etc/systemd/system/{name}.service"] = (ray_node.unit_text(name, mount_points(s)), 644)
+    units = fake_storage.expected_units(os_name, s)
+    table = firewall.TABLE if s["firewall_enabled"] else None
+    files[f"/etc/systemd/system/{name}.service"] = (ray_node.unit_text(name, mount_points(s), units, table), 644)
     if s["ray_auth"] == "token":
         files[auth.NODE_TOKEN_PATH] = (auth.read_token(auth.ensure_token(s)) + "\n", 600)
     if s["ray_env_secret"]:
@@ -441,7 +443,9 @@ def fake_responses(
     image_present: bool | None = None,
     container_hash: str | None = None,
     container_present: bool | None = None,
+    unit_need_reload: bool = False,
     docker_running: bool | None = None,
+    daemon_json_unread: bool = False,
     cloud_init_running: bool = False,
     mem_kb: int = MEM_KB,
     nofile_hard: int | None = NOFILE_HARD,
@@ -466,8 +470,11 @@ def fake_responses(
     converged, or as ``daemon_json_merged`` says). The other keywords change
     one aspect of the state: ``image_present``, ``container_present``,
     ``container_hash`` (the label the running container carries; giving one
-    makes the container present), ``docker_running``, ``cloud_init_running``,
-    ``mem_kb`` and ``nofile_hard`` (None: unlimited).
+    makes the container present), ``docker_running``, ``daemon_json_unread``
+    (daemon.json was written after the running daemon started: a run died before
+    Docker's restart), ``unit_need_reload`` (the ray-node unit file changed since
+    systemd's last daemon-reload), ``cloud_init_running``, ``mem_kb`` and
+    ``nofile_hard`` (None: unlimited).
 
     NVIDIA, on a host with ``gpus``: ``driver`` False leaves the GPUs without a
     working driver (nvidia-smi absent); ``nvswitches`` NVSwitch chips sit on the
@@ -570,6 +577,19 @@ def fake_responses(
     responses["--property UnitFileState docker.service"] = _systemd(
         "docker.service", "UnitFileState", "enabled" if converged else ""
     )
+    # DockerDaemon: a daemon that started 1000 s after boot; daemon.json written 10 s before
+    # that (converged), or 10 s after (a run that died before the restart).
+    boot = 1_733_000_000.0
+    written = boot + 1000 + (10 if daemon_json_unread else -10)
+    # (first: the server.reboot's uptime matcher would answer this fact too)
+    daemon = [
+        f"MainPID={4242 if running else 0}",
+        f"ExecMainStartTimestampMonotonic={1_000_000_000 if running else 0}",
+        "RAYRIG_UPTIME=5000.00",
+        f"RAYRIG_NOW={boot + 5000:.9f}",
+        *([f"RAYRIG_CONFIG_WRITTEN={written:.9f}"] if DAEMON_JSON in files else []),
+    ]
+    responses = {"--property ExecMainStartTimestampMonotonic docker.service": daemon, **responses}
 
     # NVIDIA services
     for unit, up in (("nvidia-persistenced.service", persistenced), ("nvidia-fabricmanager.service", fabricmanager)):
@@ -580,6 +600,7 @@ def fake_responses(
     unit = f"{s['ray_container_name']}.service"
     responses[f"--property SubState {unit}"] = _systemd(unit, "SubState", "running" if converged else "dead")
     responses[f"--property UnitFileState {unit}"] = _systemd(unit, "UnitFileState", "enabled" if converged else "")
+    responses[f"--property NeedDaemonReload -- {unit}"] = [f"NeedDaemonReload={'yes' if unit_need_reload else 'no'}"]
 
     # The image and the ray-node container
     has_image = converged if image_present is None else image_present

@@ -15,7 +15,13 @@ the head answers.
 
 The container carries a label with a hash of its desired configuration: a
 re-run with unchanged data plans nothing, a changed value replaces the
-container.
+container. A replacement never destroys first (``templates/replace-ray-node.sh``):
+the old container is stopped and kept as ``<name>-previous`` while the new one
+starts, and removed only once the new node is alive in the cluster. A new node
+that has not joined within ``ray_replace_timeout_s`` is removed, the previous
+container is started again, and the deploy fails naming the host and Ray's own
+error line. A previous container left by a run cut short makes the next run
+replace again, so that it ends joined or restored.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import hashlib
 import json
 import shlex
 from io import StringIO
+from pathlib import Path
 from typing import Any
 
 from pyinfra import host, inventory
@@ -36,12 +43,13 @@ from deploy.facts import ContainerState, HostInfo, NvidiaDevices, fact
 from deploy.secret_files import put_secret_file
 from deploy.settings import host_data, host_settings, merge, node_address
 from deploy.storage import mount_points
-from deploy.templating import put_template, render
+from deploy.templating import put_template, render, template_path
 
 HASH_LABEL = "rayrig.config-hash"
 ROLE_LABEL = "rayrig.role"
 TOKEN_LABEL = "rayrig.auth-token-digest"  # says when the token changed, nothing about it
 UNIT_TEMPLATE = "ray-node.service.j2"  # the systemd unit that supervises the container
+REPLACE_SCRIPT = "replace-ray-node.sh"  # replaces the container, keeping the previous one until the new one joined
 
 
 class GpuCountError(PyinfraError):
@@ -200,6 +208,23 @@ def is_current(container: dict[str, Any] | None, run_args: list[str]) -> bool:
     return alive and container["labels"].get(HASH_LABEL) == config_hash(run_args)
 
 
+def previous_name(container: str) -> str:
+    """The name a replaced container keeps, stopped, until its successor has joined the cluster."""
+    return f"{container}-previous"
+
+
+def replace_command(container: str, host_name: str, wait_s: int, create_args: list[str]) -> str:
+    """The shell command that replaces ``container`` by the one ``create_args`` creates.
+
+    It runs ``templates/replace-ray-node.sh``; every value reaches it as a positional
+    argument. The new node has ``wait_s`` seconds to join the cluster, or the previous
+    container comes back and the command fails naming ``host_name`` and Ray's error line.
+    """
+    script = Path(template_path(REPLACE_SCRIPT)).read_text()
+    values = [container, previous_name(container), host_name, str(int(wait_s)), *create_args]
+    return shlex.join(["bash", "-c", script, "replace-ray-node", *values])
+
+
 def wait_for_port_command(address: str, port: int, seconds: int) -> str:
     """A shell command that waits until ``address:port`` accepts TCP connections."""
     probe = f"until (exec 3<>/dev/tcp/{address}/{port}) 2>/dev/null; do sleep 1; done"
@@ -265,7 +290,8 @@ def ray_node() -> None:
         container=name,
         mounts=mount_points(settings),
     )
-    if is_current(fact(host, ContainerState, name), run_args):
+    left_over = fact(host, ContainerState, previous_name(name))  # a replacement cut short
+    if is_current(fact(host, ContainerState, name), run_args) and not left_over:
         systemd.daemon_reload(name="Reload systemd units", _if=unit.did_change)
         systemd.service(
             name=f"Keep the {name} service enabled and running",
@@ -277,12 +303,8 @@ def ray_node() -> None:
 
     replace = [
         "systemctl daemon-reload",
-        f"systemctl stop {quoted}.service 2>/dev/null || true",
-        f"docker rm --force {quoted} >/dev/null 2>&1 || true",
         *own_token,
-        shlex.join(with_hash_label(run_args)),
-        f"systemctl enable --now {quoted}.service",
-        f"systemctl restart {quoted}.service",
+        replace_command(name, host.name, settings["ray_replace_timeout_s"], with_hash_label(run_args)),
     ]
     wait = settings["ray_head_wait_s"]
     gcs = settings["ray_ports"]["gcs"]

@@ -35,11 +35,13 @@ wait_for_join() {
   return 1
 }
 
-# Ray's own complaint: the last line of the new container's log that names an error.
+# Ray's own complaint: the last exception in the new container's log (a traceback's last
+# line), else the last line that names an error, else its last line.
 ray_error() {
   local logs line
   logs=$(docker logs --tail 400 "$name" 2>&1)
-  line=$(grep -E '(Error|Exception|ERROR)\b' <<<"$logs" | tail -n 1)
+  line=$(grep -E '^[A-Za-z_.]*(Error|Exception)\b' <<<"$logs" | tail -n 1)
+  [ -n "$line" ] || line=$(grep -E '(Error|Exception|ERROR)\b' <<<"$logs" | tail -n 1)
   [ -n "$line" ] || line=$(grep -v '^[[:space:]]*$' <<<"$logs" | tail -n 1)
   echo "${line:-nothing in its log}"
 }

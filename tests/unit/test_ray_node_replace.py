@@ -9,7 +9,7 @@ import pytest
 
 from deploy import ray_node, settings
 from deploy.schema import validate_cluster
-from tests.plan.fakes.fake_node import RAY_ERROR, FakeNode
+from tests.plan.fakes.fake_node import RAY_ERROR, REFUSED_LOG, FakeNode
 
 OLD = "docker create --name=ray-node rayproject/ray ray start --num-cpus=8"
 NEW = ["docker", "create", "--name=ray-node", "rayproject/ray", "ray", "start", "--num-cpus=16"]
@@ -70,6 +70,26 @@ def test_a_node_ray_refuses_is_rolled_back_and_the_failure_names_the_host_and_ra
     )
     assert steps == sorted(steps), calls
     assert calls[steps[-1] + 1] == "systemctl start ray-node.service"
+
+
+@pytest.mark.parametrize(
+    "log,said",
+    [
+        (f"{REFUSED_LOG}[2026-12-01 08:00:00,000 E 1 1] ERROR a later complaint\n", RAY_ERROR),
+        (
+            "Starting Ray\n[2026-12-01 08:00:00,000 E 1 1] ERROR the raylet died\nbye\n",
+            "[2026-12-01 08:00:00,000 E 1 1] ERROR the raylet died",
+        ),
+        ("Starting Ray\nstill starting\n\n", "still starting"),
+        ("", "nothing in its log"),
+    ],
+    ids=["exception-first", "error-line", "last-line", "empty"],
+)
+def test_rays_error_line_is_its_last_exception_else_its_last_error_else_its_last_line(tmp_path, log, said):
+    node = FakeNode(tmp_path, refuse="--num-cpus=16", refused_log=log)
+    node.add("ray-node", OLD, running=True)
+    result = replace(node, wait_s=1)
+    assert result.stderr.strip().endswith(f"Ray said: {said}")
 
 
 def test_a_container_docker_cannot_create_is_rolled_back_too(tmp_path):

@@ -4,7 +4,7 @@
 a file (its ``docker create`` arguments), which container the unit runs, and a log of every
 call; nothing touches Docker or systemd. A container's node joins the cluster (the
 replacement's ``docker exec NAME python ...`` succeeds) while the unit runs it, unless its
-arguments contain ``refuse``: then Ray refuses it, and its log ends with ``ray_error``.
+arguments contain ``refuse``: then Ray refuses it, and its log is ``refused_log``.
 
     node = FakeNode(tmp_path, refuse="--num-cpus=1.5")
     node.add("ray-node", "docker create --name=ray-node old", running=True)
@@ -19,6 +19,11 @@ import subprocess
 from pathlib import Path
 
 RAY_ERROR = "ValueError: The requested object store memory size is greater than the total available memory."
+REFUSED_LOG = f"""Usage stats collection is disabled.
+Traceback (most recent call last):
+  File "ray/scripts/scripts.py", line 1, in start
+{RAY_ERROR}
+"""
 
 DOCKER = r"""#!/bin/bash
 state=__STATE__
@@ -40,12 +45,10 @@ case $1 in
     [ "$(cat "$state/running" 2>/dev/null)" = "$2" ] || exit 1
     ! { [ -n "__REFUSE__" ] && grep -qF -- "__REFUSE__" "$c/$2"; } ;;
   logs)
-    echo "Usage stats collection is disabled."
     if [ -n "__REFUSE__" ] && grep -qF -- "__REFUSE__" "$c/${!#}"; then
-      echo "Traceback (most recent call last):"
-      echo '  File "ray/scripts/scripts.py", line 1, in start'
-      echo "__RAY_ERROR__"
+      cat "$state/refused.log"
     else
+      echo "Usage stats collection is disabled."
       echo "Ray runtime started."
     fi ;;
   *) echo "fake docker: unexpected $*" >&2; exit 2 ;;
@@ -67,14 +70,14 @@ esac
 class FakeNode:
     """A fake host's containers and ray-node unit, in ``folder``."""
 
-    def __init__(self, folder: Path, *, refuse: str = "", bad_create: str = "", ray_error: str = RAY_ERROR):
+    def __init__(self, folder: Path, *, refuse: str = "", bad_create: str = "", refused_log: str = REFUSED_LOG):
         self.state = folder / "state"
         (self.state / "containers").mkdir(parents=True)
         (self.state / "calls").touch()
         self.bin = folder / "bin"
         self.bin.mkdir()
-        values = {"__STATE__": str(self.state), "__REFUSE__": refuse, "__BAD_CREATE__": bad_create,
-                  "__RAY_ERROR__": ray_error}  # fmt: skip
+        (self.state / "refused.log").write_text(refused_log)
+        values = {"__STATE__": str(self.state), "__REFUSE__": refuse, "__BAD_CREATE__": bad_create}
         for name, text in (("docker", DOCKER), ("systemctl", SYSTEMCTL)):
             for key, value in values.items():
                 text = text.replace(key, value)

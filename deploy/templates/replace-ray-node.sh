@@ -46,25 +46,18 @@ ray_error() {
   echo "${line:-nothing in its log}"
 }
 
-# The new container goes; the previous one, if any, comes back under the unit.
-restore() {
-  systemctl stop "$name.service" 2>/dev/null
-  docker rm --force "$name" >/dev/null 2>&1
-  exists "$previous" || return 1
-  docker rename "$previous" "$name" && systemctl start "$name.service"
-}
-
-# Fail naming the host, what went wrong and, when given, what Ray said.
+# Fail naming the host, what went wrong and, when given, what Ray said; before that, the
+# new container goes and the previous one, if any, comes back under the unit.
 fail() {
   local what=$1 said=${2:-}
-  if restore; then
-    if wait_for_join; then
-      what="$what; the previous container is running again and has rejoined"
-    else
-      what="$what; the previous container is running again but has not rejoined within $wait_s s"
-    fi
-  else
+  systemctl stop "$name.service" 2>/dev/null
+  docker rm --force "$name" >/dev/null 2>&1
+  if ! exists "$previous"; then
     what="$what; there was no previous container to restore"
+  elif docker rename "$previous" "$name" && systemctl start "$name.service" && wait_for_join; then
+    what="$what; the previous container is running again and has rejoined"
+  else
+    what="$what; the previous container is back as $name but has not rejoined within $wait_s s"
   fi
   printf "%s\n" "$host: $what.${said:+ Ray said: $said}" >&2
   exit 1

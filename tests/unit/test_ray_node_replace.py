@@ -112,7 +112,7 @@ def test_a_restored_node_that_does_not_rejoin_is_said_so(tmp_path):
     result = replace(node, wait_s=1)
     assert result.returncode == 1
     assert node.containers() == {"ray-node": OLD} and node.running() == "ray-node"
-    assert "the previous container is running again but has not rejoined within 1 s" in result.stderr
+    assert "the previous container is back as ray-node but has not rejoined within 1 s" in result.stderr
 
 
 def test_a_first_node_that_does_not_join_leaves_nothing_and_says_there_was_nothing_to_restore(tmp_path):

@@ -220,7 +220,8 @@ def replace_command(container: str, host_name: str, wait_s: int, create_args: li
     argument. The new node has ``wait_s`` seconds to join the cluster, or the previous
     container comes back and the command fails naming ``host_name`` and Ray's error line.
     """
-    script = Path(template_path(REPLACE_SCRIPT)).read_text()
+    lines = Path(template_path(REPLACE_SCRIPT)).read_text().splitlines()
+    script = "\n".join(line for line in lines if not line.lstrip().startswith("#"))  # its comments stay in the file
     values = [container, previous_name(container), host_name, str(int(wait_s)), *create_args]
     return shlex.join(["bash", "-c", script, "replace-ray-node", *values])
 

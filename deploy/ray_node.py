@@ -18,7 +18,13 @@ it for good, and Ray never listens unprotected.
 
 The container carries a label with a hash of its desired configuration: a
 re-run with unchanged data plans nothing, a changed value replaces the
-container.
+container. A replacement never destroys first (``templates/replace-ray-node.sh``):
+the old container is stopped and kept as ``<name>-previous`` while the new one
+starts, and removed only once the new node is alive in the cluster. A new node
+that has not joined within ``ray_replace_timeout_s`` is removed, the previous
+container is started again, and the deploy fails naming the host and Ray's own
+error line. A previous container left by a run cut short makes the next run
+replace again, so that it ends joined or restored.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ import hashlib
 import json
 import shlex
 from io import StringIO
+from pathlib import Path
 from typing import Any
 
 from pyinfra import host, inventory
@@ -40,7 +47,7 @@ from deploy.facts import ContainerState, HostInfo, NvidiaDevices, fact
 from deploy.secret_files import put_secret_file
 from deploy.settings import host_data, host_settings, merge, node_address
 from deploy.storage import mount_points, mount_units
-from deploy.templating import put_template, render
+from deploy.templating import put_template, render, template_path
 from deploy.units import daemon_reload
 
 HASH_LABEL = "rayrig.config-hash"
@@ -48,6 +55,7 @@ ROLE_LABEL = "rayrig.role"
 TOKEN_LABEL = "rayrig.auth-token-digest"  # says when the token changed, nothing about it
 UNIT_TEMPLATE = "ray-node.service.j2"  # the systemd unit that supervises the container
 UNIT_WAIT_S = 60  # how long the unit waits for the firewall table, then for the mounts, before it tries again
+REPLACE_SCRIPT = "replace-ray-node.sh"  # replaces the container, keeping the previous one until the new one joined
 
 
 class GpuCountError(PyinfraError):
@@ -211,6 +219,24 @@ def is_current(container: dict[str, Any] | None, run_args: list[str]) -> bool:
 WAIT_FOR_PORT = 'until (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; do sleep 1; done'
 
 
+def previous_name(container: str) -> str:
+    """The name a replaced container keeps, stopped, until its successor has joined the cluster."""
+    return f"{container}-previous"
+
+
+def replace_command(container: str, host_name: str, wait_s: int, create_args: list[str]) -> str:
+    """The shell command that replaces ``container`` by the one ``create_args`` creates.
+
+    It runs ``templates/replace-ray-node.sh``; every value reaches it as a positional
+    argument. The new node has ``wait_s`` seconds to join the cluster, or the previous
+    container comes back and the command fails naming ``host_name`` and Ray's error line.
+    """
+    lines = Path(template_path(REPLACE_SCRIPT)).read_text().splitlines()
+    script = "\n".join(line for line in lines if not line.lstrip().startswith("#"))  # its comments stay in the file
+    values = [container, previous_name(container), host_name, str(int(wait_s)), *create_args]
+    return shlex.join(["bash", "-c", script, "replace-ray-node", *values])
+
+
 def wait_for_port_command(address: str, port: int, seconds: int) -> str:
     """A shell command that waits until ``address:port`` accepts TCP connections.
 
@@ -321,7 +347,8 @@ def ray_node() -> None:
         f"/etc/systemd/system/{name}.service",
         **host_unit_values(settings),
     )
-    if is_current(fact(host, ContainerState, name), run_args):
+    left_over = fact(host, ContainerState, previous_name(name))  # a replacement cut short
+    if is_current(fact(host, ContainerState, name), run_args) and not left_over:
         daemon_reload("Reload systemd units", [unit], [f"{name}.service"])
         systemd.service(
             name=f"Keep the {name} service enabled and running",
@@ -333,12 +360,8 @@ def ray_node() -> None:
 
     replace = [
         "systemctl daemon-reload",
-        f"systemctl stop {quoted}.service 2>/dev/null || true",
-        f"docker rm --force {quoted} >/dev/null 2>&1 || true",
         *own_token,
-        shlex.join(with_hash_label(run_args)),
-        f"systemctl enable --now {quoted}.service",
-        f"systemctl restart {quoted}.service",
+        replace_command(name, host.name, settings["ray_replace_timeout_s"], with_hash_label(run_args)),
     ]
     wait = settings["ray_head_wait_s"]
     gcs = settings["ray_ports"]["gcs"]

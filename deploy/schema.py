@@ -165,6 +165,7 @@ PROPERTIES: dict[str, dict[str, Any]] = {
         "x-expected": "a mapping of environment variable names to strings",
     },
     "ray_head_wait_s": {"type": "integer", "minimum": 0, "x-expected": "a non-negative number of seconds"},
+    "ray_replace_timeout_s": {"type": "integer", "minimum": 1, "x-expected": "a positive number of seconds"},
     "ray_auth": {"enum": ["token", "none"], "x-expected": '"token" or "none"'},
     "ray_auth_token_file": {
         "type": ["string", "null"],

@@ -37,6 +37,7 @@ ray_ports = {  # every port Ray listens on, pinned so that firewalls and securit
 ray_env = {}  # environment of the ray-node container, e.g. {"NCCL_SOCKET_IFNAME": "eth0"}; not for secrets
 ray_env_secret = {}  # secret environment of ray-node (e.g. {"WANDB_API_KEY": ...}): a 0600 --env-file, never printed
 ray_head_wait_s = 120  # how long the deploy waits for the head's GCS port to answer before workers join
+ray_replace_timeout_s = 120  # seconds a replaced node has to join the cluster before its previous container comes back
 ray_cluster_name = "cluster"  # names the cluster: its token in the state directory, its check reports
 ray_auth = "token"  # "token": Ray token authentication (one token per cluster); "none": no authentication
 ray_auth_token_file = None  # the operator's copy of the token; None: .rayrig/clusters/<ray_cluster_name>/ray_auth_token

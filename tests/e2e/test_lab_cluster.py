@@ -370,6 +370,84 @@ def test_second_deploy_changes_nothing(lab, first_deploy):
     assert {h["address"]: lab.container_id(h) for h in lab.hosts} == before
 
 
+# --- A value Ray refuses: the node is restored, not lost -------------------------------------------
+
+
+def inventory_with(path: Path, address: str, changes: dict) -> Path:
+    """The lab's inventory with ``changes`` in one host's data, written to ``path``."""
+    path.write_text(
+        textwrap.dedent(
+            f"""
+            import runpy
+            lab = runpy.run_path({str(repo_root() / "inventories" / "lab.py")!r})
+            changes = {changes!r}
+            heads = [(name, {{**data, **changes}} if name == {address!r} else data) for name, data in lab["heads"]]
+            workers = [(name, {{**data, **changes}} if name == {address!r} else data) for name, data in lab["workers"]]
+            """
+        )
+    )
+    return path
+
+
+def refused_by_ray(lab: Lab, h: dict, tmp_path: Path) -> str:
+    """Deploy with an object store four times the size of ``h``'s memory (the schema accepts any
+    size of at least 75 MiB; ``ray start`` refuses it with a ValueError) and return the output."""
+    mem_kb = int(lab.sh(h, "awk '/^MemTotal:/ {print $2}' /proc/meminfo").strip())
+    changes = {"ray_object_store_bytes": 4 * mem_kb * 1024, "ray_replace_timeout_s": 60}
+    result = deploy(inventory_with(tmp_path / "refused.py", h["address"], changes), "--data", "checks_enabled=False")
+    output = ANSI.sub("", result.stdout + result.stderr)
+    assert result.returncode != 0, output[-3000:]
+    return output
+
+
+def assert_restored(lab: Lab, h: dict, output: str, before: dict[str, str]) -> None:
+    """The deploy named ``h`` and Ray's error, and ``h`` runs its previous container again."""
+    failure = re.search(
+        rf"{re.escape(h['address'])}: the new ray-node container did not join the cluster within 60 s; "
+        r"the previous container is running again and has rejoined\. Ray said: (?P<said>.*)",
+        output,
+    )
+    assert failure, output[-3000:]
+    assert "Error" in failure["said"] and "object store" in failure["said"], failure["said"]
+    assert {x["address"]: lab.container_id(x) for x in lab.hosts} == before  # the same containers, none lost
+    assert lab.sh(h, "sudo docker inspect --format '{{.State.Running}}' ray-node").strip() == "true"
+    assert lab.sh(h, "sudo docker ps --all --quiet --filter name=^ray-node-previous$").strip() == ""
+
+
+def redeploy_changes_no_container(lab: Lab, before: dict[str, str]) -> None:
+    """The lab's own inventory again: the restored containers already have its configuration."""
+    result = deploy("inventories/lab.py", "--data", "checks_enabled=False")
+    assert result.returncode == 0
+    assert {h["address"]: lab.container_id(h) for h in lab.hosts} == before
+
+
+def test_a_value_ray_refuses_on_a_worker_fails_naming_it_and_its_previous_container_rejoins(
+    lab, first_deploy, tmp_path
+):
+    worker = lab.workers[1]
+    before = {h["address"]: lab.container_id(h) for h in lab.hosts}
+    try:
+        output = refused_by_ray(lab, worker, tmp_path)
+        assert_restored(lab, worker, output, before)
+        state = cluster_state(lab)
+        assert sorted(n["ip"] for n in state["nodes"]) == sorted(h["address"] for h in lab.hosts)
+    finally:
+        redeploy_changes_no_container(lab, before)
+
+
+def test_a_value_ray_refuses_on_the_head_fails_naming_it_and_every_node_is_back(lab, first_deploy, tmp_path):
+    before = {h["address"]: lab.container_id(h) for h in lab.hosts}
+    try:
+        output = refused_by_ray(lab, lab.head, tmp_path)
+        assert_restored(lab, lab.head, output, before)
+        # The workers lost the head meanwhile: Ray ends their raylets, their units start them
+        # again and they join the restored head.
+        state = cluster_state(lab, wait=240)
+        assert sorted(n["ip"] for n in state["nodes"]) == sorted(h["address"] for h in lab.hosts)
+    finally:
+        redeploy_changes_no_container(lab, before)
+
+
 def test_changing_one_workers_cpus_replaces_only_that_worker(lab, first_deploy, tmp_path):
     worker = lab.workers[0]
     before = {h["address"]: lab.container_id(h) for h in lab.hosts}

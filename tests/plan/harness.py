@@ -82,11 +82,17 @@ class HostRun:
     def commands_matching(self, pattern: str) -> list[str]:
         return [c for c in self.commands if re.search(pattern, c)]
 
-    def docker_create(self) -> list[str]:
-        """The ray-node container's create/run command line, split into arguments."""
-        found = self.commands_matching(r"^docker (create|run) ")
-        assert len(found) == 1, f"{self.name}: {len(found)} docker create/run commands: {found}"
+    def replacement(self) -> list[str]:
+        """The command that replaces the ray-node container, split into words:
+        ``bash -c SCRIPT replace-ray-node NAME PREVIOUS HOST WAIT docker create ...``."""
+        found = self.commands_matching(r"(?s)^bash -c .* replace-ray-node ")
+        assert len(found) == 1, f"{self.name}: {len(found)} ray-node replacements: {found}"
         return shlex.split(found[0])
+
+    def docker_create(self) -> list[str]:
+        """The ray-node container's ``docker create`` command line, split into arguments."""
+        words = self.replacement()
+        return words[words.index("replace-ray-node") + 5 :]  # after NAME PREVIOUS HOST WAIT
 
 
 @dataclass

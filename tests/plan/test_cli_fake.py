@@ -18,6 +18,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 PYINFRA = Path(sys.executable).with_name("pyinfra")
 COMMAND_LINE = re.compile(r"^\[(?P<host>[^\]]+)\]\s+>>> (?P<command>.*)$")
+# The last printed line of a ray-node replacement (a multi-line script): its arguments.
+REPLACEMENT = re.compile(
+    r"replace-ray-node ray-node ray-node-previous (?P<host>\S+) \d+ (?P<create>docker create .*)$", re.M
+)
 
 
 def run_pyinfra(
@@ -61,7 +65,7 @@ def test_fake_cluster_plans_and_exits_0(default_run):
     code, output = default_run
     assert code == 0, output[-3000:]
     ops = command_lines(operation_output(output))
-    creates = {host: cmd for host, cmd in ops if cmd.startswith("docker create ")}
+    creates = {match["host"]: match["create"] for match in REPLACEMENT.finditer(operation_output(output))}
     assert set(creates) == {"@fake/head", "@fake/worker-1", "@fake/worker-2"}
     assert " ray start --block " in creates["@fake/head"]
     assert " --head --port=6379 " in creates["@fake/head"]

@@ -56,8 +56,7 @@ def test_changed_cpus_on_one_worker_replaces_only_that_container(os_name):
     assert set(run.changed_hosts) == {GPU_WORKER}
     changes = run.changed_hosts[GPU_WORKER]
     assert changes == ["Ray node | Wait for the Ray head to answer", "Ray node | Start the Ray worker container"]
-    commands = run[GPU_WORKER].op("Start the Ray worker container").commands
-    assert "docker rm --force ray-node >/dev/null 2>&1 || true" in commands
+    assert run[GPU_WORKER].replacement()[4:6] == ["ray-node", "ray-node-previous"]  # kept until the new one joined
     create = run[GPU_WORKER].docker_create()
     assert "--num-cpus=64" in create
     assert "--num-cpus=96" not in create

@@ -138,14 +138,15 @@ def test_the_head_starts_before_any_worker(fresh):
         assert head_listening < run[name].op("Start the Ray worker container").step
 
 
-def test_every_host_gets_its_container_replaced_in_order(fresh):
+def test_every_host_gets_its_container_through_the_replacement_step(fresh):
     _os, run = fresh
     for name in (HEAD, GPU_WORKER, CPU_WORKER):
-        commands = run[name].commands
-        rm = commands.index("docker rm --force ray-node >/dev/null 2>&1 || true")
-        create = commands.index(next(c for c in commands if c.startswith("docker create ")))
-        enable = commands.index("systemctl enable --now ray-node.service")
-        assert rm < create < enable
+        commands = run[name].op(r"Start the Ray (head|worker) container").commands
+        assert commands[0] == "systemctl daemon-reload"
+        assert commands[-1].startswith("bash -c ")
+        words = run[name].replacement()
+        assert words[3:8] == ["replace-ray-node", "ray-node", "ray-node-previous", name, "120"]
+        assert words[8:10] == ["docker", "create"]
 
 
 def test_base_and_engine_packages_per_os(fresh):

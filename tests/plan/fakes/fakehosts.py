@@ -444,6 +444,7 @@ def fake_responses(
     container_hash: str | None = None,
     container_present: bool | None = None,
     unit_need_reload: bool = False,
+    previous_present: bool = False,
     docker_running: bool | None = None,
     daemon_json_unread: bool = False,
     cloud_init_running: bool = False,
@@ -470,11 +471,12 @@ def fake_responses(
     converged, or as ``daemon_json_merged`` says). The other keywords change
     one aspect of the state: ``image_present``, ``container_present``,
     ``container_hash`` (the label the running container carries; giving one
-    makes the container present), ``docker_running``, ``daemon_json_unread``
-    (daemon.json was written after the running daemon started: a run died before
-    Docker's restart), ``unit_need_reload`` (the ray-node unit file changed since
-    systemd's last daemon-reload), ``cloud_init_running``, ``mem_kb`` and
-    ``nofile_hard`` (None: unlimited).
+    makes the container present), ``previous_present`` (a stopped
+    ``<name>-previous`` container, left by a replacement cut short), ``docker_running``,
+    ``daemon_json_unread`` (daemon.json was written after the running daemon started: a run
+    died before Docker's restart), ``unit_need_reload`` (the ray-node unit file changed since
+    systemd's last daemon-reload), ``cloud_init_running``, ``mem_kb`` and ``nofile_hard``
+    (None: unlimited).
 
     NVIDIA, on a host with ``gpus``: ``driver`` False leaves the GPUs without a
     working driver (nvidia-smi absent); ``nvswitches`` NVSwitch chips sit on the
@@ -605,6 +607,13 @@ def fake_responses(
     # The image and the ray-node container
     has_image = converged if image_present is None else image_present
     responses["docker image inspect"] = [IMAGE_ID] if has_image else []
+    # A previous container left by a replacement cut short; its matcher comes before the generic one.
+    previous = ray_node.previous_name(s["ray_container_name"])
+    responses[f"docker container inspect --format '{{{{json .}}}}' {previous}"] = (
+        [container_json(previous, s["ray_image"], {ray_node.ROLE_LABEL: s["ray_role"]}, running=False)]
+        if previous_present
+        else []
+    )
     if container_present is None:
         container_present = converged or container_hash is not None
     if container_present:

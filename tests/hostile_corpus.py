@@ -34,6 +34,7 @@ BASE: dict[str, Any] = {
     "ray_env_secret": {"HF_TOKEN": "hf_example"},
     "ray_auth_token_file": "unused",  # each test gives it a token file of its own
     "firewall_admin_cidrs": ["198.51.100.0/24"],
+    "firewall_member_cidrs": ["192.168.100.0/24"],
     "firewall_extra_tcp_ports": ["30000-30010"],
     "storage_nfs_server": "@fake/head",  # the plan tests' fake head
     "storage_nfs_exports": [{"path": "/srv/shared", "options": "rw,sync"}],

@@ -95,9 +95,12 @@ def facts(
     state.responses["RAYRIG_FIREWALL="] = [
         f"RAYRIG_FIREWALL={name} {options[name]}" for name in ("ufw", "firewalld") if options.get(name)
     ]
-    ruleset = expected_ruleset(
-        data, members, source, server_port, bool(options.get("nfs_server")), options.get("member_cidrs")
-    )
+    try:
+        ruleset = expected_ruleset(
+            data, members, source, server_port, bool(options.get("nfs_server")), options.get("member_cidrs")
+        )
+    except ValueError:  # data the deploy refuses before any operation: no ruleset of it was ever loaded
+        ruleset, table_loaded, installed = "", False, False
     # RayrigTable
     digest = options.get("table_digest", firewall.ruleset_digest(ruleset))
     state.responses[f"nft list table {firewall.TABLE}"] = table_listing(ruleset, digest) if table_loaded else []

@@ -11,7 +11,7 @@ import shlex
 
 import pytest
 
-from tests.plan.fakes.fake_node import RAY_ERROR, FakeNode
+from tests.plan.fakes.fake_node import RAY_ERROR, REPLACEMENT_STEPS, FakeNode, first_calls
 from tests.plan.fakes.fakehosts import CPU_WORKER, GPU_WORKER, HEAD, reference_cluster, with_data
 from tests.plan.harness import HostRun, run_deploy
 
@@ -33,14 +33,6 @@ def changed(name: str, **data) -> HostRun:
     return run_deploy(with_data(reference_cluster("ubuntu22", "converged"), name, **data))[name]
 
 
-def first_calls(calls: list[str], *prefixes: str) -> list[int]:
-    """Where a call starting with each prefix first happens (each must happen)."""
-    found = []
-    for prefix in prefixes:
-        at = [i for i, call in enumerate(calls) if call.startswith(prefix)]
-        assert at, f"no {prefix!r} in {calls}"
-        found.append(at[0])
-    return found
 
 
 @pytest.mark.parametrize("name,data,step,_value", CHANGES, ids=["worker", "head"])
@@ -55,15 +47,7 @@ def test_the_previous_is_stopped_and_kept_before_the_create_and_removed_only_aft
     node.add("ray-node", OLD, running=True)
     result = node.run(planned_replacement(host))
     assert result.returncode == 0, result.stderr
-    steps = first_calls(
-        node.calls(),
-        "systemctl stop ray-node.service",
-        "docker rename ray-node ray-node-previous",
-        "docker create ",
-        "systemctl start ray-node.service",
-        "docker exec ray-node python",
-        "docker rm --force ray-node-previous",
-    )
+    steps = first_calls(node.calls(), *REPLACEMENT_STEPS)
     assert steps == sorted(steps), node.calls()
     assert node.containers() == {"ray-node": shlex.join(host.docker_create())}
     assert node.running() == "ray-node"

@@ -9,7 +9,7 @@ import pytest
 
 from deploy import ray_node, settings
 from deploy.schema import validate_cluster
-from tests.plan.fakes.fake_node import RAY_ERROR, REFUSED_LOG, FakeNode
+from tests.plan.fakes.fake_node import RAY_ERROR, REFUSED_LOG, REPLACEMENT_STEPS, FakeNode, first_calls
 
 OLD = "docker create --name=ray-node rayproject/ray ray start --num-cpus=8"
 NEW = ["docker", "create", "--name=ray-node", "rayproject/ray", "ray", "start", "--num-cpus=16"]
@@ -19,14 +19,6 @@ def replace(node: FakeNode, create=NEW, host="worker-1", wait_s=5):
     return node.run(ray_node.replace_command("ray-node", host, wait_s, create))
 
 
-def order(calls: list[str], *steps: str) -> list[int]:
-    """Where each step (the start of a call) first happens, failing when one is missing."""
-    found = []
-    for step in steps:
-        at = [i for i, call in enumerate(calls) if call.startswith(step)]
-        assert at, f"no {step!r} in {calls}"
-        found.append(at[0])
-    return found
 
 
 def test_a_node_that_joins_replaces_the_previous_container(tmp_path):
@@ -36,15 +28,7 @@ def test_a_node_that_joins_replaces_the_previous_container(tmp_path):
     assert result.returncode == 0, result.stderr
     assert node.containers() == {"ray-node": shlex.join(NEW)}
     assert node.running() == "ray-node"
-    steps = order(
-        node.calls(),
-        "systemctl stop ray-node.service",
-        "docker rename ray-node ray-node-previous",
-        "docker create ",
-        "systemctl start ray-node.service",
-        "docker exec ray-node python",
-        "docker rm --force ray-node-previous",
-    )
+    steps = first_calls(node.calls(), *REPLACEMENT_STEPS)
     assert steps == sorted(steps), node.calls()
 
 
@@ -61,7 +45,7 @@ def test_a_node_ray_refuses_is_rolled_back_and_the_failure_names_the_host_and_ra
     )
     calls = node.calls()
     assert "docker rm --force ray-node-previous" not in calls
-    steps = order(
+    steps = first_calls(
         calls,
         "docker create ",
         "docker logs --tail 400 ray-node",

@@ -67,6 +67,27 @@ esac
 """
 
 
+#: The calls of a replacement that joins, in the order they must happen.
+REPLACEMENT_STEPS = (
+    "systemctl stop ray-node.service",
+    "docker rename ray-node ray-node-previous",
+    "docker create ",
+    "systemctl start ray-node.service",
+    "docker exec ray-node python",
+    "docker rm --force ray-node-previous",
+)
+
+
+def first_calls(calls: list[str], *prefixes: str) -> list[int]:
+    """Where a call starting with each prefix first happens (each must happen)."""
+    found = []
+    for prefix in prefixes:
+        at = [i for i, call in enumerate(calls) if call.startswith(prefix)]
+        assert at, f"no {prefix!r} in {calls}"
+        found.append(at[0])
+    return found
+
+
 class FakeNode:
     """A fake host's containers and ray-node unit, in ``folder``."""
 

@@ -267,13 +267,7 @@ def parse_spec(data: Mapping[str, Any], path: Path) -> ClusterSpec:
         where("ssh_public_key", data["ssh_public_key"], key_problem)
     private_key: Path | None = None
     if "ssh_private_key" in data:
-        private_key = _resolve(base, data["ssh_private_key"])
-        if private_key is None:
-            where("ssh_private_key", data["ssh_private_key"], _HOME_PROBLEM)
-        elif not private_key.is_file():
-            where(
-                "ssh_private_key", data["ssh_private_key"], f"an existing private key file ({private_key} is missing)"
-            )
+        private_key = _key_file(base, data["ssh_private_key"], "ssh_private_key", "private key file", where)
     elif public_key and public_key.suffix == ".pub" and public_key.with_suffix("").is_file():
         private_key = public_key.with_suffix("")
 
@@ -336,6 +330,16 @@ def _resolve(base: Path, text: str) -> Path | None:
     return path if path.is_absolute() else (base / path).resolve()
 
 
+def _key_file(base: Path, text: str, key: str, what: str, where: Any) -> Path | None:
+    """The key file ``text`` names (relative to ``base``); a problem for ``key`` when it is not there."""
+    path = _resolve(base, text)
+    if path is None:
+        where(key, text, _HOME_PROBLEM)
+    elif not path.is_file():
+        where(key, text, f"an existing {what} ({path} is missing)")
+    return path
+
+
 def _public_key_problem(path: Path) -> str | None:
     if not path.is_file():
         return f"an existing SSH public key file ({path} is missing)"
@@ -386,13 +390,7 @@ def _network(data: Mapping[str, Any], region: str, base: Path, where: Any) -> Ne
         )
     bastion_key = None
     if "bastion_ssh_key" in data:
-        bastion_key = _resolve(base, data["bastion_ssh_key"])
-        if bastion_key is None:
-            where("network.bastion_ssh_key", data["bastion_ssh_key"], _HOME_PROBLEM)
-        elif not bastion_key.is_file():
-            where(
-                "network.bastion_ssh_key", data["bastion_ssh_key"], f"an existing key file ({bastion_key} is missing)"
-            )
+        bastion_key = _key_file(base, data["bastion_ssh_key"], "network.bastion_ssh_key", "key file", where)
     return NetworkSpec(
         vpc_id=vpc_id,
         subnet_id=subnet_id,

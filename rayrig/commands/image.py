@@ -18,8 +18,9 @@ from images.wheelhouse import DEFAULT_PYTHON_VERSION, DEFAULT_TORCH_REQUIREMENT,
 
 
 def _cmd_build(args: argparse.Namespace) -> int:
+    tag = args.tag or f"rayrig/ray:{args.ray_version}"
     build_image(
-        args.tag or f"rayrig/ray:{args.ray_version}",
+        tag,
         base_image=args.base,
         ray_version=args.ray_version,
         wheelhouse=args.wheelhouse,
@@ -27,7 +28,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
         force=args.force,
     )
     if args.push:
-        push_image(args.tag or f"rayrig/ray:{args.ray_version}", progress=print)
+        push_image(tag, progress=print)
     return 0
 
 

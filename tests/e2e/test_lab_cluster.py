@@ -1,9 +1,8 @@
-"""The whole deploy, end to end, on a 3-host local lab.
+"""Bring-up, end to end, on a 3-host local lab (see conftest.py for the lab they share).
 
-Real sshd hosts with systemd, pyinfra over SSH, Docker installed inside each
-host, the Ray image pulled from the lab's registry, a real Ray cluster. The
-tests run in file order and share one lab; the last one tears it down and
-checks that nothing is left (the fixture tears down too when a test fails).
+The first deploy, the cluster it makes, the firewall, token authentication, the
+dashboard tunnel, the checks, a refused value, a killed worker, shared storage
+through S3 and a rebooted host. The tests run in file order on one lab.
 """
 
 from __future__ import annotations
@@ -20,141 +19,29 @@ from pathlib import Path
 
 import pytest
 
-from cloud import lab as local  # the module-scoped fixture below is named lab
 from cloud import ssh as remote
 from deploy import auth, firewall, settings
 from deploy.paths import repo_root
+from tests.e2e.labkit import (
+    ANSI,
+    BUCKET,
+    HOSTS,
+    LAB,
+    S3_SECRET,
+    Lab,
+    changed_operations,
+    cluster_state,
+    cluster_token,
+    deploy,
+    inventory_with,
+    member_can_connect,
+    outsider_probe,
+    ray_ports,
+    report_paths,
+    wait_for_total_cpus,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
-
-LAB = os.environ.get("RAYRIG_E2E_LAB", "rayrig-e2e")
-HOSTS = 3
-
-
-def deploy(inventory: str | Path, *extra: str) -> subprocess.CompletedProcess:
-    """Run the deploy with pyinfra, as a user would, and return its output."""
-    started = time.monotonic()
-    result = subprocess.run(
-        [sys.executable, "-m", "pyinfra", str(inventory), "deploy/cluster.py", "-y", *extra],
-        cwd=repo_root(),
-        env={**os.environ, "RAYRIG_LAB": LAB},
-        capture_output=True,
-        text=True,
-        timeout=1800,
-    )
-    print(f"deploy of {inventory} took {time.monotonic() - started:.1f} s")
-    if result.returncode != 0:
-        print(result.stdout[-6000:], result.stderr[-4000:])
-    return result
-
-
-ANSI = re.compile(r"\x1b\[[0-9;]*m")
-
-
-def changed_operations(output: str) -> dict[str, int]:
-    """pyinfra's own report: per host, how many operations changed something.
-
-    pyinfra prints ``[host] Success`` for an operation that ran commands and
-    ``[host] No changes`` for one that did not; its results table ends with a
-    "Grand total" row whose Success column must agree.
-    """
-    changed: dict[str, int] = {}
-    total_success = None
-    for line in ANSI.sub("", output).splitlines():
-        match = re.search(r"\[(?P<host>[^\]]+)\]\s+(?P<status>Success|No changes)\b", line)
-        if match:
-            changed.setdefault(match["host"], 0)
-            changed[match["host"]] += match["status"] == "Success"
-        if line.strip().startswith("Grand total"):
-            total_success = line.split()[3]
-    assert total_success is not None, "pyinfra printed no results table"
-    assert (total_success == "-") == (sum(changed.values()) == 0), (total_success, changed)
-    return changed
-
-
-class Lab:
-    """The lab under test: its state, and commands on its hosts."""
-
-    def __init__(self, state: dict):
-        self.state = state
-        self.hosts = state["hosts"]
-        self.head = next(h for h in self.hosts if h["role"] == "head")
-        self.workers = [h for h in self.hosts if h["role"] != "head"]
-
-    def target(self, h: dict) -> remote.SshTarget:
-        return remote.SshTarget(
-            h["address"], self.state["ssh_user"], Path(self.state["ssh_key"]), Path(self.state["known_hosts"])
-        )
-
-    def sh(self, h: dict, command: str, timeout: float = 300) -> str:
-        status, output = remote.run(self.target(h), command, timeout=timeout)
-        assert status == 0, f"{command!r} on {h['address']} failed ({status}): {output[-3000:]}"
-        return output
-
-    def container_id(self, h: dict) -> str:
-        return self.sh(h, "sudo docker inspect --format '{{.Id}}' ray-node").strip()
-
-    def ray_python(self, code: str, timeout: float = 300) -> dict:
-        """Run Python inside the head's ray-node container; it prints one line ``RESULT <json>``.
-
-        Ray's own warnings share the output stream, so the result line is marked.
-        """
-        script = textwrap.dedent(code)
-        command = "sudo docker exec -i ray-node python -"
-        status, output = remote.run_with_input(self.target(self.head), command, script, timeout=timeout)
-        assert status == 0, f"python in the head container failed ({status}): {output[-3000:]}"
-        results = [line[len("RESULT ") :] for line in output.splitlines() if line.startswith("RESULT ")]
-        assert results, f"no RESULT line in: {output[-3000:]}"
-        return json.loads(results[-1])
-
-
-CLUSTER_STATE = """
-import json, time, ray
-ray.init(address="auto", logging_level="ERROR")
-deadline = time.time() + {wait}
-while True:
-    nodes = [n for n in ray.nodes() if n["Alive"]]
-    if len(nodes) >= {expect} or time.time() > deadline:
-        break
-    time.sleep(2)
-print("RESULT", json.dumps({{"nodes": [{{"id": n["NodeID"], "ip": n["NodeManagerAddress"], "resources": n["Resources"]}}
-                            for n in nodes],
-                  "total": ray.cluster_resources()}}))
-"""
-
-
-def cluster_state(lab: Lab, expect: int = HOSTS, wait: int = 90) -> dict:
-    return lab.ray_python(CLUSTER_STATE.format(expect=expect, wait=wait))
-
-
-def wait_for_total_cpus(lab: Lab, cpus: float, seconds: int = 120) -> dict:
-    """The cluster state once its CPU total is ``cpus`` (replaced nodes take a moment to rejoin)."""
-    deadline = time.monotonic() + seconds
-    while True:
-        state = cluster_state(lab)
-        if state["total"].get("CPU") == cpus and len(state["nodes"]) == HOSTS:
-            return state
-        if time.monotonic() > deadline:
-            return state
-        time.sleep(3)
-
-
-@pytest.fixture(scope="module")
-def lab():
-    started = time.monotonic()
-    state = local.up(hosts=HOSTS, name=LAB)
-    print(f"lab up took {time.monotonic() - started:.1f} s")
-    try:
-        yield Lab(state)
-    finally:
-        local.down(LAB)
-
-
-@pytest.fixture(scope="module")
-def first_deploy(lab):
-    result = deploy("inventories/lab.py")
-    assert result.returncode == 0, "the first deploy failed"
-    return result
 
 
 def test_three_nodes_alive_with_declared_resources(lab, first_deploy):
@@ -188,14 +75,6 @@ def test_task_pinned_by_custom_resource_runs_on_its_node(lab, first_deploy):
     assert ran_on == names
 
 
-def report_paths(output: str) -> tuple[Path, Path]:
-    """The JSON report and the plot the checks say they saved."""
-    json_path = re.search(r"--> JSON report: (\S+)", output)
-    plot_path = re.search(r"--> bus bandwidth plot: (\S+)", output)
-    assert json_path and plot_path, output[-3000:]
-    return Path(json_path[1]), Path(plot_path[1])
-
-
 def test_checks_pass_at_the_end_of_the_deploy(lab, first_deploy):
     output = first_deploy.stdout + first_deploy.stderr
     assert "Running the post-deploy checks" in output
@@ -215,32 +94,6 @@ def test_checks_pass_at_the_end_of_the_deploy(lab, first_deploy):
 
 
 # --- Security: the firewall, token authentication, the dashboard tunnel -------------------------
-
-
-def outsider_probe(lab: Lab, targets: list[tuple[str, int]]) -> dict[str, bool]:
-    """Which ``address:port`` a container on the lab network, not in the inventory, can connect to."""
-    probes = " ".join(
-        f"(timeout 3 bash -c 'exec 3<>/dev/tcp/{a}/{p}' 2>/dev/null && echo OPEN {a}:{p} || echo SHUT {a}:{p}) &"
-        for a, p in targets
-    )
-    result = subprocess.run(
-        ["docker", "run", "--rm", "--network", lab.state["network"], local.BASE_IMAGE, "bash", "-c", probes + " wait"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert result.returncode == 0, result.stderr
-    found = dict(reversed(line.split()) for line in result.stdout.splitlines() if line.strip())
-    return {target: status == "OPEN" for target, status in found.items()}
-
-
-def member_can_connect(lab: Lab, member: dict, address: str, port: int) -> bool:
-    command = f"timeout 3 bash -c 'exec 3<>/dev/tcp/{address}/{port}' && echo OPEN || echo SHUT"
-    return lab.sh(member, command).strip().endswith("OPEN")
-
-
-def ray_ports() -> dict[str, int]:
-    return settings.defaults()["ray_ports"]
 
 
 def test_the_firewall_admits_only_the_clusters_members(lab, first_deploy):
@@ -277,10 +130,6 @@ def test_ray_refuses_a_client_without_the_token_and_admits_one_with_it(lab, firs
     with_token = f"-e RAY_AUTH_MODE=token -e RAY_AUTH_TOKEN_PATH=/token {token_mount}"
     output = lab.sh(worker, command.format(env=with_token), timeout=120)
     assert output.count("node_") >= HOSTS, output[-2000:]
-
-
-def cluster_token() -> str:
-    return auth.read_token(auth.token_path(settings.merge({"ray_cluster_name": LAB})))
 
 
 def test_the_token_is_0600_and_appears_in_no_output_inspect_process_list_or_log(lab, first_deploy):
@@ -371,22 +220,6 @@ def test_second_deploy_changes_nothing(lab, first_deploy):
 
 
 # --- A value Ray refuses: the node is restored, not lost -------------------------------------------
-
-
-def inventory_with(path: Path, address: str, changes: dict) -> Path:
-    """The lab's inventory with ``changes`` in one host's data, written to ``path``."""
-    path.write_text(
-        textwrap.dedent(
-            f"""
-            import runpy
-            lab = runpy.run_path({str(repo_root() / "inventories" / "lab.py")!r})
-            changes = {changes!r}
-            heads = [(name, {{**data, **changes}} if name == {address!r} else data) for name, data in lab["heads"]]
-            workers = [(name, {{**data, **changes}} if name == {address!r} else data) for name, data in lab["workers"]]
-            """
-        )
-    )
-    return path
 
 
 def refused_by_ray(lab: Lab, h: dict, tmp_path: Path) -> str:
@@ -494,32 +327,6 @@ def test_killed_worker_container_comes_back_and_rejoins(lab, first_deploy):
 
 
 # --- Shared storage through S3, with SSH closed to all but the admins ------------------------------
-
-BUCKET = "rayrig-e2e"
-S3_SECRET = "e2e-Secret-Key-do-not-print"
-
-
-@pytest.fixture(scope="module")
-def s3(lab):
-    """moto's S3 server on the lab network's gateway (this machine), with one bucket."""
-    import boto3
-    from moto.server import ThreadedMotoServer
-
-    gateway = lab.state["gateway"]
-    with socket.socket() as probe:
-        probe.bind((gateway, 0))
-        port = probe.getsockname()[1]
-    server = ThreadedMotoServer(ip_address=gateway, port=port, verbose=False)
-    server.start()
-    url = f"http://{gateway}:{port}"
-    client = boto3.client(
-        "s3", endpoint_url=url, region_name="us-east-1", aws_access_key_id="e2e", aws_secret_access_key=S3_SECRET
-    )
-    client.create_bucket(Bucket=BUCKET)
-    try:
-        yield url
-    finally:
-        server.stop()
 
 
 @pytest.fixture(scope="module")
@@ -663,16 +470,3 @@ def test_a_rebooted_host_comes_back_with_its_firewall_mount_and_ray_node(lab, se
     assert outsider_probe(lab, [(worker["address"], ray_ports()["node_manager"])]) == {
         f"{worker['address']}:{ray_ports()['node_manager']}": False
     }
-
-
-def test_lab_down_leaves_nothing(lab):
-    local.down(LAB)
-    for kind in ("container ls -a", "network ls", "volume ls"):
-        listed = subprocess.run(
-            ["docker", *kind.split(), "--quiet", "--filter", f"label=rayrig.lab={LAB}"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        assert listed == "", f"lab down left {kind.split()[0]}s: {listed}"
-    assert local.load_state(LAB) is None

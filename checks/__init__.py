@@ -7,6 +7,7 @@ On the operator's machine:
 
 - :mod:`checks.node`: the node interface (run a command, copy a file);
 - :mod:`checks.cluster`: the whole run across the nodes, and the commands the head runs;
+- :mod:`checks.quick`: the quick checks (alive nodes, their resources, one Ray version) in one command;
 - :mod:`checks.preflight`: each node's GPUs and container, the cluster state against the inventory;
 - :mod:`checks.shared_storage`: which node has which shared mount, and the round trip's reasons;
 - :mod:`checks.verdict`: PASS / WARN / FAIL with reasons, slow hosts named;
@@ -14,7 +15,8 @@ On the operator's machine:
 
 In the head's ray-node container (``python -m``), from the copy of this package put there:
 
-- :mod:`checks.cluster_state`: the alive Ray nodes and the cluster's resource totals;
+- :mod:`checks.cluster_state`: the alive Ray nodes, their resources and Ray version, the totals
+  (the quick checks run it from its source, ``python -c``, copying nothing);
 - :mod:`checks.storage_probe`: the shared-storage round trip through Ray tasks;
 - :mod:`checks.benchmark`: the benchmark's command line, on one machine (``--local``, torch
   only) or across the Ray cluster (``--cluster``: :mod:`checks.cluster_bench`,

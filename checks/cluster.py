@@ -72,6 +72,7 @@ def run_checks(
     settings: Mapping[str, Mapping[str, Any]],
     gpus: Mapping[str, Mapping[str, Any]],
     progress: Callable[[str], None],
+    why: str = "the full checks were asked for",
 ) -> ChecksRun:
     """Preflight, cluster state, shared storage and benchmark; the combined verdict and the saved report.
 
@@ -81,6 +82,7 @@ def run_checks(
       node name; a node without them (outside pyinfra's ``--limit``) is not inspected, but
       is still expected in the cluster
     + progress: called with each progress line
+    + why: why the full checks run, for the report (``"rayrig check runs the full checks"``)
     """
     head_settings = settings[head.name]
     container = head_settings["ray_container_name"]
@@ -142,6 +144,7 @@ def run_checks(
     verdict = combined_verdict(bench or {}, reasons, thresholds)
     result = {
         **(bench or {}),
+        "checks": {"mode": "full", "why": why},
         "preflight": preflights,
         "cluster_state": cluster_state,
         "storage": storage,

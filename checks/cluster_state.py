@@ -1,13 +1,20 @@
 """Print the Ray cluster's state once the expected nodes are alive (or time is up).
 
-Runs in the head's ray-node container, from the checks package copied there::
+Runs in the head's ray-node container: from the checks package copied there (the full
+checks), or as the source of one ``python -c`` (the quick checks copy nothing), so it
+imports nothing but the standard library and Ray::
 
     python -m checks.cluster_state --expect 10.0.0.1,10.0.0.2 --wait 180
 
-Prints one line, ``RESULT {"nodes": [{"ip", "resources"}, ...], "total": {...}}``:
-the alive nodes and the cluster's resource totals, judged on the operator's side by
-:func:`checks.preflight.cluster_reasons`. Ray's own warnings share the output, so
-the result line is marked.
+Prints one line, ``RESULT {"nodes": [{"ip", "resources", "ray_version"}, ...], "total": {...},
+"ray_version": "2.60.0"}``: the alive nodes, each with its total resources, and the cluster's
+totals, judged on the operator's side by :func:`checks.preflight.cluster_reasons` or
+:func:`checks.quick.quick_reasons`. Ray's own warnings share the output, so the result line
+is marked.
+
+A node's Ray version is the cluster's: Ray admits a node (``ray start --address``) and a
+driver (this program's ``ray.init``) only when its Ray and Python versions equal the ones the
+head recorded when it started, so every alive node runs this program's ``ray.__version__``.
 """
 
 from __future__ import annotations
@@ -30,8 +37,9 @@ def wait_for_state(expected: list[str], wait_s: float) -> dict[str, Any]:
         if sorted(n["NodeManagerAddress"] for n in nodes) == wanted or time.time() > deadline:
             break
         time.sleep(2)
-    alive = [{"ip": n["NodeManagerAddress"], "resources": n["Resources"]} for n in nodes]
-    return {"nodes": alive, "total": ray.cluster_resources()}
+    version = ray.__version__  # every alive node's: see the module's docstring
+    alive = [{"ip": n["NodeManagerAddress"], "resources": n["Resources"], "ray_version": version} for n in nodes]
+    return {"nodes": alive, "total": ray.cluster_resources(), "ray_version": version}
 
 
 def main(argv: list[str] | None = None) -> int:

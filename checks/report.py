@@ -159,6 +159,29 @@ def render_storage(report: dict[str, Any]) -> str:
     return "Shared storage\n" + format_table(["mount", "kind", "status", "round trip"], rows)
 
 
+def render_mode(report: dict[str, Any]) -> str:
+    """Which checks ran and why: ``checks: quick: no ray-node was created or replaced in this run; ...``
+    ("" in a report without it, such as the benchmark's own)."""
+    checks = report.get("checks") or {}
+    if not checks.get("mode"):
+        return ""
+    return f"checks: {checks['mode']}: {checks.get('why') or 'no reason recorded'}"
+
+
+def render_nodes(report: dict[str, Any]) -> str:
+    """The alive Ray nodes the cluster state found: host, address, CPUs, GPUs, Ray version."""
+    state = report.get("cluster_state")
+    if not state:
+        return "Ray nodes: the cluster state could not be read"
+    hosts = state.get("hosts") or {}
+    rows = []
+    for node in sorted(state.get("nodes") or [], key=lambda n: (hosts.get(n["ip"], "~"), n["ip"])):
+        resources = node.get("resources") or {}
+        rows.append([hosts.get(node["ip"], "(not in the inventory)"), node["ip"], f"{resources.get('CPU', 0):g}",
+                     f"{resources.get('GPU', 0):g}", node.get("ray_version") or "?"])  # fmt: skip
+    return "Ray nodes\n" + format_table(["host", "address", "CPUs", "GPUs", "Ray"], rows, right=(2, 3))
+
+
 def render_verdict(verdict: Verdict) -> str:
     """``VERDICT: FAIL`` followed by one line per reason, the failures first."""
     order = {"FAIL": 0, "WARN": 1, "INFO": 2}
@@ -171,19 +194,26 @@ def render_verdict(verdict: Verdict) -> str:
 
 
 def render(report: dict[str, Any], verdict: Verdict | None = None) -> str:
-    """Everything above, in the order a reader wants it: devices, all-reduce,
-    smoke test, shared storage, timing, verdict."""
-    parts = [render_devices(report, verdict)]
-    if report.get("mode") == "cluster" or report.get("allreduce"):
-        parts.append(render_allreduce(report))
-    if report.get("mode") == "cluster" or report.get("sweep_test"):
-        parts.append(render_sweep_test(report))
-    storage = render_storage(report)
-    if storage:
-        parts.append(storage)
-    timing = report.get("timing") or {}
-    if timing:
-        parts.append("timing: " + ", ".join(f"{k} {_num(v)} s" for k, v in timing.items()))
+    """Everything above, in the order a reader wants it: devices, all-reduce, smoke test, shared
+    storage, timing, then which checks ran and why, and the verdict. The quick checks' report has
+    their Ray nodes in place of the benchmark's sections."""
+    if (report.get("checks") or {}).get("mode") == "quick":
+        parts = [render_nodes(report)]
+    else:
+        parts = [render_devices(report, verdict)]
+        if report.get("mode") == "cluster" or report.get("allreduce"):
+            parts.append(render_allreduce(report))
+        if report.get("mode") == "cluster" or report.get("sweep_test"):
+            parts.append(render_sweep_test(report))
+        storage = render_storage(report)
+        if storage:
+            parts.append(storage)
+        timing = report.get("timing") or {}
+        if timing:
+            parts.append("timing: " + ", ".join(f"{k} {_num(v)} s" for k, v in timing.items()))
+    mode = render_mode(report)
+    if mode:
+        parts.append(mode)
     if verdict is not None:
         parts.append(render_verdict(verdict))
     return "\n\n".join(parts)

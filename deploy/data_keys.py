@@ -87,7 +87,7 @@ HIGH_PORT_NAMES = ("client_server", "runtime_env_agent", "worker_min", "worker_m
 
 #: Keys whose value must be the same on every host of a cluster.
 CLUSTER_WIDE = (
-    "ray_version", "ray_ports", "ray_image", "ray_container_name", "checks_enabled",
+    "ray_version", "ray_ports", "ray_image", "ray_container_name", "checks_enabled", "checks_mode",
     "ray_cluster_name", "ray_auth", "storage_nfs_server", "storage_nfs_exports",
 )  # fmt: skip
 
@@ -290,6 +290,7 @@ PROPERTIES: dict[str, dict[str, Any]] = {
         "x-expected": "a list of package names (letters, digits, + . _ : = ~ * -; never starting with -)",
     },
     "checks_enabled": {"type": "boolean", "x-expected": "true or false"},
+    "checks_mode": {"enum": ["auto", "full", "quick"], "x-expected": '"auto", "full" or "quick"'},
     "checks_profile": {"enum": ["full", "quick"], "x-expected": '"full" or "quick"'},
     "checks_matmul_min_fraction": _FRACTION,
     "checks_membw_min_fraction": _FRACTION,

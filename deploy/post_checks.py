@@ -7,6 +7,12 @@ that operation has ended on every host: after everything else, over the
 connections pyinfra already holds. A FAIL verdict makes pyinfra exit non-zero.
 ``checks_enabled = false`` (on the head) skips them.
 
+Which checks run (:func:`choose_mode`, the head's ``checks_mode``): the deploy runs the full
+checks, with the benchmark, when it created or replaced a ray-node container
+(:mod:`deploy.replacements`), and the quick checks (:mod:`checks.quick`) otherwise;
+``deploy/check.py`` (``rayrig check``) runs the full checks. ``checks_mode = "full"`` or
+``"quick"`` chooses one for both.
+
 The checks themselves are :func:`checks.cluster.run_checks`; this module hands
 them each host as a :class:`checks.node.Node` (:class:`PyinfraNode`), with its
 settings and GPU facts, and prints what they found.
@@ -26,16 +32,43 @@ from pyinfra.connectors.fake import FakeConnector
 
 from checks import report
 from checks.cluster import run_checks as run_cluster_checks
+from checks.quick import run_quick_checks
 from checks.verdict import FAIL, Verdict
-from deploy.facts import NvidiaDevices
+from deploy.facts import NvidiaDevices, fact
 from deploy.memo import run_memo
 from deploy.ray_node import head_host
+from deploy.replacements import replaced_hosts
 from deploy.secret_files import AS_SSH_USER, ESCALATION
 from deploy.settings import host_data, host_settings, node_address
+
+FULL, QUICK = "full", "quick"
+NAMED_HOSTS = 5  # the replaced hosts the report names; more are counted
 
 
 class ChecksFailed(PyinfraError):
     """The post-deploy checks' verdict is FAIL."""
+
+
+def choose_mode(setting: str, always: bool, replaced: list[str]) -> tuple[str, str]:
+    """Which checks run, ``"full"`` or ``"quick"``, and why (the report says it).
+
+    + setting: the head's ``checks_mode`` (``"auto"``, ``"full"`` or ``"quick"``)
+    + always: the checks alone (``deploy/check.py``, ``rayrig check``), not the deploy's last step
+    + replaced: the hosts whose ray-node container this run created or replaced
+
+    >>> choose_mode("auto", False, ["10.0.0.2"])
+    ('full', 'a ray-node was created or replaced in this run (on 10.0.0.2)')
+    """
+    if setting == QUICK:
+        return QUICK, 'checks_mode = "quick"; run `rayrig check INVENTORY --data checks_mode=full` for the benchmark'
+    if setting == FULL:
+        return FULL, 'checks_mode = "full"'
+    if always:
+        return FULL, "`rayrig check` runs the full checks"
+    if replaced:
+        more = f" and {len(replaced) - NAMED_HOSTS} more" if len(replaced) > NAMED_HOSTS else ""
+        return FULL, f"a ray-node was created or replaced in this run (on {', '.join(replaced[:NAMED_HOSTS])}{more})"
+    return QUICK, "no ray-node was created or replaced in this run; run `rayrig check` for the benchmark"
 
 
 @operation()
@@ -58,13 +91,14 @@ def post_deploy_checks(always: bool = False) -> None:
     memo = run_memo(state, "post_checks")
     if "markers" not in memo:  # the first host of this run: one callback for the whole run
         memo["markers"] = set()
-        state.add_callback_handler(_RunChecks(memo["markers"]))
+        state.add_callback_handler(_RunChecks(memo["markers"], always))
     memo["markers"].add(meta._hash)
 
 
 class _RunChecks(BaseStateCallback):
-    def __init__(self, markers: set[str]):
+    def __init__(self, markers: set[str], always: bool):
         self.markers = markers
+        self.always = always
         self.done = False
 
     def operation_end(self, state: Any, op_hash: str) -> None:  # type: ignore[override]
@@ -75,7 +109,7 @@ class _RunChecks(BaseStateCallback):
         if failed:
             click.echo(f"--> Post-deploy checks skipped: the deploy failed on {', '.join(failed)}", err=True)
             return
-        run_checks(state)
+        run_checks(state, always=self.always)
 
 
 class PyinfraNode:
@@ -133,29 +167,39 @@ class PyinfraNode:
             self.host.run_shell_command(StringCommand("rm", "-rf", "--", path), **AS_SSH_USER)
 
 
-def run_checks(state: Any) -> Verdict:
-    """Run the checks on the inventory; print the report and the verdict; raise ``ChecksFailed`` on FAIL."""
+def _say(line: str) -> None:
+    click.echo(line, err=True)
+
+
+def run_checks(state: Any, always: bool = False) -> Verdict:
+    """Run the checks :func:`choose_mode` chose on the inventory; print the report and the verdict;
+    raise ``ChecksFailed`` on FAIL. ``always``: the checks alone (``deploy/check.py``)."""
     head = head_host()
     if not head.connected:
         click.echo("--> Post-deploy checks skipped: the head is not part of this run (--limit?)", err=True)
         return Verdict([])
-    if isinstance(head.connector, FakeConnector):
-        click.echo("--> Post-deploy checks skipped: @fake hosts have no cluster to check", err=True)
-        return Verdict([])
     hosts = list(inventory)
+    settings = {h.name: host_settings(h) for h in hosts}
+    replaced = set(replaced_hosts(state))
+    mode, why = choose_mode(settings[head.name]["checks_mode"], always, [h.name for h in hosts if h.name in replaced])
+    if isinstance(head.connector, FakeConnector):
+        click.echo(f"--> Post-deploy checks skipped: @fake hosts have no cluster to check ({mode}: {why})", err=True)
+        return Verdict([])
     nodes = [PyinfraNode(h) for h in hosts]
-    run = run_cluster_checks(
-        nodes,
-        nodes[hosts.index(head)],
-        settings={h.name: host_settings(h) for h in hosts},
+    head_node = nodes[hosts.index(head)]
+    if mode == QUICK:
+        # only "auto" GPU counts need the GPU facts: the deploy's own reading where it made one
+        auto = [h for h in hosts if h.connected and settings[h.name]["ray_num_gpus"] == "auto"]
+        run = run_quick_checks(nodes, head_node, settings, {h.name: fact(h, NvidiaDevices) for h in auto}, _say, why)
+    else:
         # read afresh, not through the deploy's per-run memo: the deploy may have just installed the driver
-        gpus={h.name: h.get_fact(NvidiaDevices) for h in hosts if h.connected},
-        progress=lambda line: click.echo(line, err=True),
-    )
+        gpus = {h.name: h.get_fact(NvidiaDevices) for h in hosts if h.connected}
+        run = run_cluster_checks(nodes, head_node, settings, gpus, _say, why)
     click.echo(report.render(run.result, run.verdict))
     click.echo(f"--> JSON report: {run.json_path.resolve()}")
-    plot = run.plot_path.resolve() if run.plot_path else "not written (pip install matplotlib)"
-    click.echo(f"--> bus bandwidth plot: {plot}")
+    if mode == FULL:
+        plot = run.plot_path.resolve() if run.plot_path else "not written (pip install matplotlib)"
+        click.echo(f"--> bus bandwidth plot: {plot}")
     if run.verdict.status == FAIL:
-        raise ChecksFailed(f"post-deploy checks: FAIL (report: {run.json_path.resolve()})")
+        raise ChecksFailed(f"post-deploy checks ({mode}): FAIL (report: {run.json_path.resolve()})")
     return run.verdict

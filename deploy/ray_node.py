@@ -44,6 +44,7 @@ from pyinfra.operations import files, server, systemd
 from deploy import auth, env_secret, firewall
 from deploy.base import platform
 from deploy.facts import ContainerState, HostInfo, NvidiaDevices, fact
+from deploy.replacements import note_replacement
 from deploy.secret_files import put_secret_file
 from deploy.settings import host_data, host_settings, merge, node_address
 from deploy.storage import mount_points, mount_units
@@ -358,6 +359,7 @@ def ray_node() -> None:
         )
         return
 
+    note_replacement(host.state, host.name)  # the post-deploy checks run the benchmark after a replacement
     replace = [
         "systemctl daemon-reload",
         *own_token,

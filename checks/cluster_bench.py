@@ -18,6 +18,10 @@ and ends:
    ``max_retries=3``, SPREAD) that must all finish and reach every node that
    has the resources they ask for.
 
+GPUs and CPUs that other jobs hold when the benchmark starts (:func:`mark_busy`, after a short
+wait for resources that are just being given back) are left out of all three phases and
+reported (a WARN naming how many, per node), never waited for: a busy cluster is not a broken one.
+
 The ``checks`` package travels to the workers as a Ray ``py_modules`` runtime
 environment, so only the head needs it; every node needs torch. Ray and torch are
 imported inside the functions that use them: :mod:`checks.benchmark` imports this
@@ -32,6 +36,7 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import math
 import socket
 import time
 from pathlib import Path
@@ -42,6 +47,7 @@ from .allreduce import run_allreduce
 from .progress import describe, log, phase, versions
 
 DEFAULT_SWEEP_TASKS = 64
+FREE_WAIT_S = 10  # how long the benchmark waits for busy GPUs and CPUs to come free before leaving them out
 
 
 def connect(address: str | None = "auto", **init_kwargs: Any) -> None:
@@ -111,6 +117,46 @@ def wait_for_nodes(expected_ips: list[str], timeout_s: float = 180) -> list[dict
                 f"expected one each at {', '.join(wanted)}"
             )
         time.sleep(2)
+
+
+def busy_counts(node: dict[str, Any], free: dict[str, float] | None) -> tuple[int, float]:
+    """(whole GPUs, CPUs) of ``node`` that are not ``free``, i.e. held by other jobs (none when
+    Ray gave no reading for the node).
+
+    >>> busy_counts({"num_gpus": 8.0, "num_cpus": 96.0}, {"GPU": 5.5, "CPU": 90.0})
+    (3, 6.0)
+    """
+    if free is None:
+        return 0, 0.0
+    gpus = int(round(node["num_gpus"])) - math.floor(free.get("GPU", 0.0) + 1e-9)
+    cpus = round(node["num_cpus"] - free.get("CPU", 0.0), 3)
+    return max(0, gpus), max(0.0, cpus)
+
+
+def mark_busy(nodes: list[dict[str, Any]], wait_s: float = FREE_WAIT_S) -> list[dict[str, Any]]:
+    """Note on each node how many of its GPUs and CPUs other jobs hold (``busy_gpus``, ``busy_cpus``).
+
+    Waits up to ``wait_s`` until every node's resources are free (a task that just ended gives
+    them back a moment later); what is still held then is left out of the benchmark. Returns ``nodes``.
+    """
+    # lazy: Ray is absent where --local runs; the per-node reading is Ray's DeveloperAPI
+    from ray._private.state import available_resources_per_node
+
+    deadline = time.monotonic() + wait_s
+    while True:
+        free = available_resources_per_node()
+        for node in nodes:
+            node["busy_gpus"], node["busy_cpus"] = busy_counts(node, free.get(node["node_id"]))
+        if not any(n["busy_gpus"] or n["busy_cpus"] for n in nodes) or time.monotonic() >= deadline:
+            return nodes
+        time.sleep(1)
+
+
+def _free(node: dict[str, Any], resource: str) -> float:
+    """How much of ``resource`` ("GPU" or "CPU") of ``node`` no other job holds."""
+    if resource == "GPU":
+        return node["num_gpus"] - node.get("busy_gpus", 0)
+    return node["num_cpus"] - node.get("busy_cpus", 0.0)
 
 
 def _node_label(node: dict[str, Any]) -> str:
@@ -185,14 +231,15 @@ def run_devices(nodes: list[dict[str, Any]], quick: bool = False, timeout_s: flo
     entries: list[dict[str, Any]] = []
     for node in nodes:
         pin = NodeAffinitySchedulingStrategy(node_id=node["node_id"], soft=False)
-        gpus = int(node["num_gpus"])
-        if gpus:
-            for index in range(gpus):
+        if node["num_gpus"]:
+            for index in range(int(_free(node, "GPU"))):  # the GPUs other jobs hold are left out
                 actor = gpu_actor.options(num_gpus=1, num_cpus=0, scheduling_strategy=pin).remote()
                 actors.append(actor)
                 pending.append((actor.run.remote(quick), node, f"gpu #{index}", "gpu"))
         elif node["num_cpus"] >= 1:
-            task = cpu_task.options(num_cpus=node["num_cpus"], scheduling_strategy=pin, max_retries=0)
+            if _free(node, "CPU") < 1:
+                continue  # every CPU held by other jobs: left out, and reported
+            task = cpu_task.options(num_cpus=math.floor(_free(node, "CPU")), scheduling_strategy=pin, max_retries=0)
             cpu_nodes.append((task, node))
         else:
             entry = _error_entry(node, "cpu", "cpu", "")
@@ -277,7 +324,11 @@ def run_sweep_test(
 
     use_gpu = any(n["num_gpus"] > 0 for n in nodes)
     share = {"num_cpus": 0.25, "num_gpus": 0.25 if use_gpu else 0}
-    eligible = [n for n in nodes if n["num_cpus"] >= share["num_cpus"] and n["num_gpus"] >= share["num_gpus"]]
+    fits = [n for n in nodes if n["num_cpus"] >= share["num_cpus"] and n["num_gpus"] >= share["num_gpus"]]
+    eligible = [n for n in fits if _free(n, "CPU") >= share["num_cpus"] and _free(n, "GPU") >= share["num_gpus"]]
+    if fits and not eligible:
+        what = "GPUs" if use_gpu else "CPUs"
+        return {"tasks": 0, "completed": 0, "skipped": f"every node's {what} are held by other jobs"}
     tasks = max(tasks, 2 * len(eligible))
     trial = ray.remote(_trial).options(**share, max_retries=3, scheduling_strategy="SPREAD")
     log(f"sweep_test: {tasks} tasks with {share}, expected on {len(eligible)} nodes")
@@ -350,11 +401,12 @@ def run_cluster(
     timing: dict[str, float] = {}
     aliases = host_aliases or {}
     found = wait_for_nodes(expect_ips, timeout_s=min(timeout_s, 180)) if expect_ips else cluster_nodes()
-    nodes = rename_hosts(found, aliases)
+    nodes = rename_hosts(mark_busy(found), aliases)
     cpu_only = not any(n["num_gpus"] > 0 for n in nodes)
     log(
         f"cluster: {len(nodes)} nodes, {int(sum(n['num_gpus'] for n in nodes))} GPUs, "
-        f"{sum(n['num_cpus'] for n in nodes):g} CPUs"
+        f"{sum(n['num_cpus'] for n in nodes):g} CPUs; held by other jobs: "
+        f"{sum(n['busy_gpus'] for n in nodes)} GPUs, {sum(n['busy_cpus'] for n in nodes):g} CPUs"
     )
     result: dict[str, Any] = {
         "schema": REPORT_SCHEMA,

@@ -97,6 +97,8 @@ def render_allreduce(report: dict[str, Any]) -> str:
     if not data:
         return "all-reduce: not run"
     head = f"all-reduce: {data.get('world_size')} ranks, {data.get('backend')}"
+    if data.get("skipped"):
+        return f"all-reduce: not run: {data['skipped']}"
     if data.get("error"):
         return f"{head}: FAILED: {data['error']}"
     rows = [
@@ -118,6 +120,8 @@ def render_sweep_test(report: dict[str, Any]) -> str:
     data = report.get("sweep_test")
     if not data:
         return "scheduling smoke test: not run"
+    if data.get("skipped"):
+        return f"scheduling smoke test: not run: {data['skipped']}"
     lines = [
         f"scheduling smoke test: {data.get('completed', 0)}/{data.get('tasks', 0)} tasks finished "
         f"in {_num(data.get('elapsed_s'))} s"

@@ -17,6 +17,11 @@ Rules (thresholds are arguments; in host data they are
   incomplete scheduling smoke test FAIL;
 - on a CPU-only cluster the datasheet checks do not apply: an INFO reason
   says so, and it does not lower the status.
+- GPUs and CPUs other jobs held when the benchmark began were left out of it
+  (:func:`checks.cluster_bench.mark_busy`): a WARN per node naming how many;
+  an all-reduce or smoke test that found no free resources, or nothing
+  measured because everything was busy, WARNs too: a busy cluster is not a
+  broken one.
 
 Example::
 
@@ -267,11 +272,28 @@ def _check_peers(entries: list[dict[str, Any]], fraction: float, reasons: list[R
                 )
 
 
+def _check_busy(report: dict[str, Any], reasons: list[Reason]) -> bool:
+    """A WARN per node whose GPUs or CPUs other jobs held, so the benchmark left them out; whether any did."""
+    busy = False
+    for node in report.get("nodes") or []:
+        gpus, cpus = node.get("busy_gpus") or 0, node.get("busy_cpus") or 0
+        held = [f"{gpus} of {node.get('num_gpus', 0):g} GPUs"] if gpus else []
+        held += [f"{cpus:g} of {node.get('num_cpus', 0):g} CPUs"] if cpus else []
+        if held:
+            busy = True
+            message = f"{host_label(node)}: {' and '.join(held)} held by other jobs; the benchmark left them out"
+            reasons.append(Reason(WARN, message, node.get("host")))
+    return busy
+
+
 def _check_allreduce(report: dict[str, Any], reasons: list[Reason]) -> None:
     data = report.get("allreduce")
     if not data:
         if report.get("mode") == "cluster":
             reasons.append(Reason(FAIL, "all-reduce test did not run"))
+        return
+    if data.get("skipped"):
+        reasons.append(Reason(WARN, f"all-reduce test not run: {data['skipped']}"))
         return
     if data.get("error"):
         reasons.append(Reason(FAIL, f"all-reduce test failed: {data['error']}"))
@@ -298,6 +320,9 @@ def _check_sweep_test(report: dict[str, Any], reasons: list[Reason]) -> None:
     if not data:
         if report.get("mode") == "cluster":
             reasons.append(Reason(FAIL, "scheduling smoke test did not run"))
+        return
+    if data.get("skipped"):
+        reasons.append(Reason(WARN, f"scheduling smoke test not run: {data['skipped']}"))
         return
     if data.get("error"):
         reasons.append(Reason(FAIL, f"scheduling smoke test failed: {data['error']}"))
@@ -330,8 +355,9 @@ def evaluate(
     cpu_only = bool(report.get("cpu_only"))
     if report.get("error"):
         reasons.append(Reason(FAIL, f"benchmark failed: {report['error']}"))
-    if not report.get("devices"):
-        reasons.append(Reason(FAIL, "no device was measured"))
+    busy = _check_busy(report, reasons)
+    if not report.get("devices"):  # a cluster whose every GPU is busy with jobs is not broken
+        reasons.append(Reason(WARN if busy else FAIL, "no device was measured"))
     if cpu_only:
         reasons.append(
             Reason(

@@ -54,6 +54,7 @@ def test_one_cpu_node_measured(cluster_report: dict[str, Any]) -> None:
     assert cluster_report["mode"] == "cluster" and cluster_report["cpu_only"] is True
     [node] = cluster_report["nodes"]
     assert node["is_head"] and node["num_cpus"] == 4 and node["num_gpus"] == 0
+    assert (node["busy_gpus"], node["busy_cpus"]) == (0, 0.0)  # Ray's free-resource reading: nothing held
     [entry] = cluster_report["devices"]
     assert entry["kind"] == "cpu" and entry["node_id"] == node["node_id"]
     assert entry["ip"] == node["ip"]

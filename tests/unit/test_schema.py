@@ -460,3 +460,15 @@ def test_member_cidrs_take_addresses_and_networks_only(value):
     [problem] = validate_host("h", {"firewall_member_cidrs": ["192.168.100.0/24", value]})
     assert problem.key == "firewall_member_cidrs[1]"
     assert 'expected a list of IP addresses or networks such as "192.168.100.0/24"' in str(problem)
+
+
+@pytest.mark.parametrize("value", ["sometimes", "Quick", "", True, None])
+def test_checks_mode_takes_auto_full_or_quick(value):
+    problems = validate_cluster([head(checks_mode=value)])
+    assert [(p.host, p.key, p.expected) for p in problems] == [("head-1", "checks_mode", '"auto", "full" or "quick"')]
+
+
+def test_checks_mode_is_the_same_on_every_host():
+    p = only(validate_cluster([head(checks_mode="quick"), worker(1)]))
+    assert (p.key, p.expected) == ("checks_mode", "the same value on every host of the cluster")
+    assert "head-1: 'quick'" in p.value and "worker-1: 'auto'" in p.value

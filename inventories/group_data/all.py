@@ -90,8 +90,8 @@ base_wait_timeout_s = 600  # how long to wait for cloud-init and package-manager
 
 # --- Post-deploy checks ----------------------------------------------------
 checks_enabled = True  # run the checks (preflight, cluster state, benchmark) at the end of the deploy
-checks_mode = "auto"  # "auto": the benchmark only after a ray-node was created or replaced, else quick; "full"; "quick"
-checks_profile = "full"  # "full" or "quick" (fewer iterations, all-reduce sizes capped lower)
+checks_mode = "auto"  # "auto": full checks only after a ray-node was created or replaced, else quick; "full"; "quick"
+checks_profile = "full"  # the benchmark's size: "full" or "quick" (fewer iterations, all-reduce sizes capped lower)
 checks_matmul_min_fraction = 0.65  # FAIL a GPU whose bf16 matmul TFLOPS is below this fraction of its spec
 checks_membw_min_fraction = 0.80  # FAIL a GPU whose copy bandwidth is below this fraction of its spec
 checks_outlier_fraction = 0.9  # FAIL a GPU or node below this fraction of its peers' median

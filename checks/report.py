@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .verdict import Verdict, spec_fractions
+from .verdict import Reason, Verdict, spec_fractions
 
 PLOT_INSTALL_HINT = "matplotlib is not installed: install it with `pip install rayrig[plot]` to get the plot"
 
@@ -186,12 +186,19 @@ def render_nodes(report: dict[str, Any]) -> str:
     return "Ray nodes\n" + format_table(["host", "address", "CPUs", "GPUs", "Ray"], rows, right=(2, 3))
 
 
+def _named(reason: Reason) -> str:
+    """The reason's message, led by its host's name where the message does not name it already."""
+    if reason.host and reason.host not in reason.message:
+        return f"{reason.host}: {reason.message}"
+    return reason.message
+
+
 def render_verdict(verdict: Verdict) -> str:
     """``VERDICT: FAIL`` followed by one line per reason, the failures first."""
     order = {"FAIL": 0, "WARN": 1, "INFO": 2}
     reasons = sorted(verdict.reasons, key=lambda r: order.get(r.level, 3))
     lines = [f"VERDICT: {verdict.status}"]
-    lines += [f"  {r.level:<4}  {r.message}" for r in reasons]
+    lines += [f"  {r.level:<4}  {_named(r)}" for r in reasons]
     if verdict.slow_hosts:
         lines.append(f"  SLOW HOSTS: {', '.join(verdict.slow_hosts)}")
     return "\n".join(lines)

@@ -161,6 +161,9 @@ def test_detected_gpus_stand_for_auto_and_a_silent_head_fails(tmp_path):
     every = {"head": settings(tmp_path), "gpu-1": settings(tmp_path, ray_num_gpus="auto")}
     run = quick.run_quick_checks([head, worker], head, every, {"gpu-1": FOUR_L4}, lambda _line: None, WHY)
     assert found(run.verdict.reasons) == [(FAIL, "ray_num_gpus = 4 but its Ray node has 2 GPU", "gpu-1")]
+    assert "VERDICT: FAIL\n  FAIL  gpu-1: ray_num_gpus = 4 but its Ray node has 2 GPU" in report.render(
+        run.result, run.verdict
+    )  # the text names the host too
 
     silent = FakeNode("head", HEAD_IP, (False, []))
     run = quick.run_quick_checks([silent, worker], silent, every, {}, lambda _line: None, WHY)

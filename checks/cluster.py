@@ -14,6 +14,10 @@ Four parts, one verdict:
 4. the benchmark (:mod:`checks.benchmark` ``--cluster``) inside the head
    container, which drives every node through Ray.
 
+These are the full checks. A deploy that created or replaced no ray-node container runs the
+quick checks instead (:mod:`checks.quick`: alive nodes, their resources, one Ray version, in one
+command); ``deploy/post_checks.py`` chooses.
+
 The checks package is copied into the head's ray-node container once, before
 the cluster state, and parts 2 to 4 run from that copy (``python -m``). The copy
 goes through a fresh private directory on the head (``mktemp -d``, 0700) and

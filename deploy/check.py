@@ -2,8 +2,10 @@
 
     pyinfra inventories/prod.py deploy/check.py
     rayrig check inventories/prod.py        # the same; exit 0 on PASS or WARN, 1 on FAIL
+    rayrig check inventories/prod.py --data checks_mode=quick   # the quick checks only
 
-The inventory is validated first, like the deploy. Nothing is changed on any host.
+The full checks, benchmark included, unless ``checks_mode`` is ``"quick"``. The inventory is
+validated first, like the deploy. Nothing is changed on any host.
 """
 
 from pyinfra import host, inventory

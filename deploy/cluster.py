@@ -3,12 +3,15 @@
     pyinfra inventories/prod.py deploy/cluster.py
 
 The inventory is validated first, for all hosts at once: a problem anywhere
-stops the deploy before any operation runs on any host.
+stops the deploy before any operation runs on any host. So does a local Ray
+token that is not the cluster's; a missing one is fetched from the head
+(``deploy/cluster_token.py``).
 """
 
 from pyinfra import host, inventory
 
 from deploy.base import base
+from deploy.cluster_token import settle_token_once
 from deploy.docker import docker
 from deploy.firewall import firewall
 from deploy.nvidia import nvidia
@@ -20,6 +23,7 @@ from deploy.storage import storage
 from deploy.validate import validate_once
 
 validate_once(host.state, inventory)
+settle_token_once(host.state, inventory)
 
 private_uploads()
 base()

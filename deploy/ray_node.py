@@ -43,6 +43,7 @@ from pyinfra.operations import files, server, systemd
 
 from deploy import auth, env_secret, firewall
 from deploy.base import platform
+from deploy.cluster_token import settle_token_once
 from deploy.facts import ContainerState, HostInfo, NvidiaDevices, fact
 from deploy.replacements import note_replacement
 from deploy.secret_files import put_secret_file
@@ -53,7 +54,7 @@ from deploy.units import daemon_reload
 
 HASH_LABEL = "rayrig.config-hash"
 ROLE_LABEL = "rayrig.role"
-TOKEN_LABEL = "rayrig.auth-token-digest"  # says when the token changed, nothing about it
+TOKEN_LABEL = auth.TOKEN_LABEL  # says when the token changed, nothing about it
 UNIT_TEMPLATE = "ray-node.service.j2"  # the systemd unit that supervises the container
 UNIT_WAIT_S = 60  # how long the unit waits for the firewall table, then for the mounts, before it tries again
 REPLACE_SCRIPT = "replace-ray-node.sh"  # replaces the container, keeping the previous one until the new one joined
@@ -267,7 +268,8 @@ def desired_run_args(current_host: Any) -> tuple[str, list[str]]:
     start = ray_start_args(settings, role, node_address(current_host), node_address(head_host()), num_gpus)
     shm = shm_size(settings["ray_shm_size"], info["mem_bytes"])
     nofile = nofile_limit(settings["ray_ulimit_nofile"], info["nofile_hard"])
-    digest = auth.token_digest(auth.ensure_token(settings)) if settings["ray_auth"] == "token" else None
+    token = settle_token_once(current_host.state, inventory) if settings["ray_auth"] == "token" else None
+    digest = auth.token_digest(token) if token else None
     return role, docker_run_args(settings, role, start, num_gpus, shm, nofile, digest)
 
 
@@ -317,7 +319,7 @@ def ray_node() -> None:
     quoted = shlex.quote(name)
     own_token = []
     if settings["ray_auth"] == "token":
-        token = auth.ensure_token(settings)
+        token = settle_token_once(host.state, inventory)
         files.directory(name="Create the Ray token's directory", path=auth.NODE_TOKEN_DIR, mode="700")
         put_secret_file(
             name="Store the cluster's Ray token",

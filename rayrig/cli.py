@@ -1,4 +1,4 @@
-"""The ``rayrig`` command: the local lab, images, EC2 clusters, deploys and checks.
+"""The ``rayrig`` command: the local lab, images, EC2 clusters, deploys and checks, the cluster's token.
 
 Each command area (``rayrig/commands/``) registers its own subcommands; this module only wires them up.
 Exit codes: 0 success, 1 failure, 2 bad usage.
@@ -10,11 +10,11 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from rayrig.commands import cloud, dashboard, deploy, image, lab
+from rayrig.commands import cloud, dashboard, deploy, image, lab, token
 
 #: Command modules whose ``register(subparsers)`` adds one area each, in ``rayrig --help``'s order:
-#: ``rayrig lab ...``, ``rayrig image ...``, ``rayrig cloud ...``, deploy/check/demo, dashboard.
-AREAS = (lab, image, cloud, deploy, dashboard)
+#: ``rayrig lab ...``, ``rayrig image ...``, ``rayrig cloud ...``, deploy/check/demo, ``rayrig token ...``, dashboard.
+AREAS = (lab, image, cloud, deploy, token, dashboard)
 
 
 def build_parser() -> argparse.ArgumentParser:

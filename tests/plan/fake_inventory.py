@@ -11,12 +11,16 @@ reports it (the first three stop before any fact is gathered):
 - ``typo``: worker-2 sets ``ray_num_gpu`` (missing "s")
 - ``gpu-mismatch``: worker-1 declares 4 GPUs but has 8 (found once facts are read,
   still before any operation runs)
+- ``fetch-token``: the cluster is deployed already, and this machine has no copy of
+  its Ray token (a fresh clone): the deploy fetches it from the head
 
 Run it from the repository root (pyinfra puts the working directory on sys.path).
 """
 
 import os as _os
 
+from deploy import auth as _auth
+from deploy import settings as _settings
 from tests.plan.fakes.fakehosts import cluster as _cluster
 from tests.plan.fakes.fakehosts import cluster_data as _cluster_data
 
@@ -26,6 +30,7 @@ _VARIANTS = {
     "negative-gpus": {"@fake/worker-1": {"ray_num_gpus": -1}},
     "typo": {"@fake/worker-2": {"ray_num_gpu": 2}},
     "gpu-mismatch": {"@fake/worker-1": {"ray_num_gpus": 4}},
+    "fetch-token": {},
 }
 
 _variant = _os.environ.get("RAYRIG_FAKE_VARIANT") or "default"
@@ -34,4 +39,7 @@ if _variant not in _VARIANTS:
 
 _hosts = [(name, {**data, **_VARIANTS[_variant].get(name, {})}) for name, data in _cluster_data(workers=2)]
 
-hosts = _cluster("ubuntu22", "fresh", _hosts, gpus={"@fake/worker-1": 8})
+hosts = _cluster("ubuntu22", "converged" if _variant == "fetch-token" else "fresh", _hosts, gpus={"@fake/worker-1": 8})
+
+if _variant == "fetch-token":  # the converged hosts run the token the fakes made here; forget it
+    _auth.token_path(_settings.merge(_hosts[0][1])).unlink()

@@ -57,6 +57,8 @@ class HostRun:
     ops: list[Op] = field(default_factory=list)
     raw_commands: list[str] = field(default_factory=list)  # unmasked, as the host would run them
     other_uploads: dict[str, str | bytes] = field(default_factory=dict)  # outside any operation (callbacks)
+    sent: list[str] = field(default_factory=list)  # every command the host was sent, facts' included, masked
+    downloads: list[str] = field(default_factory=list)  # every file read back from the host (get_file)
 
     @property
     def changes(self) -> list[Op]:
@@ -135,6 +137,19 @@ def record_uploads(connector: FakeConnector) -> list[tuple[str | None, str, str 
     return uploads
 
 
+def record_downloads(connector: FakeConnector) -> list[str]:
+    """Make a fake connector keep the remote path of every file it is asked to download."""
+    downloads: list[str] = []
+    get_file = connector.get_file
+
+    def recording_get_file(remote_filename, *args, **kwargs):
+        downloads.append(remote_filename)
+        return get_file(remote_filename, *args, **kwargs)
+
+    connector.get_file = recording_get_file  # type: ignore[method-assign]
+    return downloads
+
+
 def run_deploy(hosts: list[tuple[str, dict[str, Any]]], deploy_file: Path = CLUSTER) -> Run:
     """Run ``deploy_file`` against ``hosts`` like ``pyinfra ... -y`` and return what ran.
 
@@ -161,6 +176,7 @@ def _run(state: State, config: Config, inventory: Inventory, deploy_file: Path) 
     for host in inventory:
         assert isinstance(host.connector, FakeConnector), f"{host.name} is not an @fake host"
         host.connector.rayrig_uploads = record_uploads(host.connector)
+        host.connector.rayrig_downloads = record_downloads(host.connector)
     state.set_stage(StateStage.Connect)
     connect_all(state)
     state.set_stage(StateStage.Prepare)
@@ -181,7 +197,8 @@ def _op_name(names: set[str], global_arguments: Any) -> str:
 def _collect(state: State, inventory: Inventory) -> Run:
     runs: dict[str, HostRun] = {}
     for host in inventory:
-        run = HostRun(host.name)
+        run = HostRun(host.name, sent=list(host.connector.executed_commands))
+        run.downloads = list(host.connector.rayrig_downloads)
         by_hash: dict[str, Op] = {}
         for step, op_hash in enumerate(state.get_op_order()):
             op_data = state.ops[host].get(op_hash)

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from deploy import auth
+
 ROOT = Path(__file__).resolve().parents[2]
 PYINFRA = Path(sys.executable).with_name("pyinfra")
 COMMAND_LINE = re.compile(r"^\[(?P<host>[^\]]+)\]\s+>>> (?P<command>.*)$")
@@ -25,10 +27,14 @@ REPLACEMENT = re.compile(
 
 
 def run_pyinfra(
-    variant: str = "", inventory: str = "tests/plan/fake_inventory.py", extra: list[str] | None = None
+    variant: str = "",
+    inventory: str = "tests/plan/fake_inventory.py",
+    extra: list[str] | None = None,
+    env: dict[str, str] | None = None,
 ) -> tuple[int, str]:
     env = {
         **os.environ,
+        **(env or {}),
         "PYINFRA_FAKE_DELAY": "0",
         "PYINFRA_FAKE_DELAY_JITTER": "0",
         "PYINFRA_PROGRESS": "off",
@@ -143,3 +149,15 @@ def test_registry_password_never_printed(tmp_path, extra):
         assert "Will create /etc/docker/daemon.json" in output  # the diff is on, for other files
     assert "hunter2" not in output
     assert "cmF5Omh1bnRlcjItU2VjcmV0" not in output  # base64("ray:hunter2-Secret")
+
+
+def test_a_fetched_token_is_never_printed_even_at_the_most_verbose(tmp_path):
+    code, output = run_pyinfra("fetch-token", extra=["-vvv", "--debug"], env={"RAYRIG_STATE_DIR": str(tmp_path)})
+    assert code == 0, output[-3000:]
+    fetched = tmp_path / "clusters" / "cluster" / "ray_auth_token"
+    said = [line for line in output.splitlines() if "Fetched the cluster's Ray token from the head" in line]
+    assert len(said) == 1 and "[@fake/head]" in said[0] and said[0].endswith(f" into {fetched}"), said
+    token = auth.read_token(fetched)
+    assert len(token) == 64
+    assert token not in output
+    assert "Starting operation: Ray node | Start the Ray" not in output  # nothing to replace

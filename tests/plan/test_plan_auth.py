@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from deploy import auth, settings
+from deploy.cluster_token import ROTATION_ENV, ClusterTokenError
 from tests.plan.fakes.fakehosts import CPU_WORKER, GPU_WORKER, HEAD, reference_cluster
 from tests.plan.harness import run_deploy
 
@@ -55,13 +56,16 @@ def test_a_cluster_of_another_name_gets_a_token_of_its_own(tmp_path):
     assert other != _token() + "\n"
 
 
-def test_a_new_token_replaces_the_container_once(tmp_path):
+def test_a_new_local_token_stops_the_deploy_and_a_rotation_replaces_every_container_once(tmp_path, monkeypatch):
     token_file = tmp_path / "token"
     token_file.write_text("first-token-value\n")
     data = {"ray_auth_token_file": str(token_file)}
     hosts = reference_cluster("ubuntu22", "converged", data=data)
     assert run_deploy(hosts).changed_hosts == {}
     token_file.write_text("second-token-value\n")
+    with pytest.raises(ClusterTokenError, match="differs from the cluster's"):
+        run_deploy(hosts)
+    monkeypatch.setenv(ROTATION_ENV, "1")
     changed = run_deploy(hosts).changed_hosts
     for name in NODES:
         assert "Ray node | Store the cluster's Ray token" in changed[name]

@@ -18,7 +18,8 @@ def test_pyinfra_command_runs_the_deploy_without_prompting():
 def test_every_command_area_is_wired():
     parser = build_parser()
     for argv in (["lab", "status"], ["image", "wheelhouse", "/tmp/w"], ["cloud", "ls"], ["check", "inv.py"],
-                 ["deploy", "inv.py", "--dry"], ["demo", "--hosts", "2"]):  # fmt: skip
+                 ["deploy", "inv.py", "--dry"], ["demo", "--hosts", "2"],
+                 ["token", "rotate", "inv.py", "-v"]):  # fmt: skip
         assert callable(parser.parse_args(argv).func), argv
 
 

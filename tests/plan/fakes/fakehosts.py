@@ -33,7 +33,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from deploy import auth, env_secret, firewall, nfs, ray_node, settings
+from deploy import auth, cluster_token, env_secret, firewall, nfs, ray_node, settings
 from deploy.docker import merge_daemon_config
 from deploy.ray_image import registry_config
 from deploy.storage import mount_points
@@ -557,6 +557,11 @@ def fake_responses(
         responses[_sha1_matcher(path)] = [f"{hashlib.sha1(content.encode()).hexdigest()}  {path}"]
     for path, mode in dirs.items():
         responses[_stat_matcher(path)] = [_stat_line(path, mode, "directory")]
+    # The cluster's token, read from the head's file through sudo
+    token_file = files.get(auth.NODE_TOKEN_PATH)
+    responses[cluster_token.TOKEN_FOLLOWS] = (
+        [cluster_token.TOKEN_FOLLOWS, token_file[0].strip()] if token_file else [cluster_token.NO_TOKEN]
+    )
 
     # Packages
     installed = [*PREINSTALLED, *(expected_packages(os_name, data) if converged else ())]
@@ -621,6 +626,8 @@ def fake_responses(
             run_args = expected_run_args(data, node_ip, head_ip, gpus, mem_kb, nofile_hard)
             container_hash = ray_node.config_hash(run_args)
         labels = {ray_node.HASH_LABEL: container_hash, ray_node.ROLE_LABEL: s["ray_role"]}
+        if s["ray_auth"] == "token":
+            labels[auth.TOKEN_LABEL] = auth.token_digest(auth.ensure_token(s))
         responses["docker container inspect"] = [container_json(s["ray_container_name"], s["ray_image"], labels)]
     else:
         responses["docker container inspect"] = []

@@ -25,6 +25,10 @@ that has not joined within ``ray_replace_timeout_s`` is removed, the previous
 container is started again, and the deploy fails naming the host and Ray's own
 error line. A previous container left by a run cut short makes the next run
 replace again, so that it ends joined or restored.
+
+The container follows the image: one created from another image than the one
+``ray_image`` names on the host is replaced, and a run that pulls
+(``ray_image_pull = "always"``) replaces it if the pull brought a new image.
 """
 
 from __future__ import annotations
@@ -43,7 +47,8 @@ from pyinfra.operations import files, server, systemd
 
 from deploy import auth, env_secret, firewall
 from deploy.base import platform
-from deploy.facts import ContainerState, HostInfo, NvidiaDevices, fact
+from deploy.facts import ContainerState, DockerImageId, HostInfo, NvidiaDevices, fact
+from deploy.ray_image import needs_pull, runs_other_image, same_image_command
 from deploy.secret_files import put_secret_file
 from deploy.settings import host_data, host_settings, merge, node_address
 from deploy.storage import mount_points, mount_units
@@ -348,7 +353,10 @@ def ray_node() -> None:
         **host_unit_values(settings),
     )
     left_over = fact(host, ContainerState, previous_name(name))  # a replacement cut short
-    if is_current(fact(host, ContainerState, name), run_args) and not left_over:
+    container = fact(host, ContainerState, name)
+    image_id = fact(host, DockerImageId, settings["ray_image"])
+    current = is_current(container, run_args) and not left_over and not runs_other_image(container, image_id)
+    if current:
         daemon_reload("Reload systemd units", [unit], [f"{name}.service"])
         systemd.service(
             name=f"Keep the {name} service enabled and running",
@@ -356,13 +364,16 @@ def ray_node() -> None:
             running=True,
             enabled=True,
         )
-        return
+        if not needs_pull(settings, image_id):
+            return
 
     replace = [
         "systemctl daemon-reload",
         *own_token,
         replace_command(name, host.name, settings["ray_replace_timeout_s"], with_hash_label(run_args)),
     ]
+    if current:  # this run pulls: replace only if the pull brought another image
+        replace = [f"{same_image_command(settings['ray_image'], name)} || {{ {' && '.join(replace)}; }}"]
     wait = settings["ray_head_wait_s"]
     gcs = settings["ray_ports"]["gcs"]
     if role == "head":

@@ -419,11 +419,14 @@ def _systemd(unit: str, key: str, value: str) -> list[str]:
     return [f"Id={unit}", f"{key}={value}", ""]
 
 
-def container_json(name: str, image: str, labels: Mapping[str, str], running: bool = True) -> str:
-    """One line of ``docker container inspect --format '{{json .}}'``."""
+def container_json(
+    name: str, image: str, labels: Mapping[str, str], running: bool = True, image_id: str = IMAGE_ID
+) -> str:
+    """One line of ``docker container inspect --format '{{json .}}'`` (``image_id``: the image it was created from)."""
     return json.dumps(
         {
             "Id": CONTAINER_ID,
+            "Image": image_id,
             "Name": f"/{name}",
             "State": {"Status": "running" if running else "exited", "Running": running, "Restarting": False},
             "Config": {"Image": image, "Labels": dict(labels)},
@@ -443,6 +446,7 @@ def fake_responses(
     image_present: bool | None = None,
     container_hash: str | None = None,
     container_present: bool | None = None,
+    container_image_id: str = IMAGE_ID,
     unit_need_reload: bool = False,
     previous_present: bool = False,
     docker_running: bool | None = None,
@@ -471,7 +475,8 @@ def fake_responses(
     converged, or as ``daemon_json_merged`` says). The other keywords change
     one aspect of the state: ``image_present``, ``container_present``,
     ``container_hash`` (the label the running container carries; giving one
-    makes the container present), ``previous_present`` (a stopped
+    makes the container present), ``container_image_id`` (the image it was created
+    from; the present image is ``IMAGE_ID``), ``previous_present`` (a stopped
     ``<name>-previous`` container, left by a replacement cut short), ``docker_running``,
     ``daemon_json_unread`` (daemon.json was written after the running daemon started: a run
     died before Docker's restart), ``unit_need_reload`` (the ray-node unit file changed since
@@ -621,7 +626,9 @@ def fake_responses(
             run_args = expected_run_args(data, node_ip, head_ip, gpus, mem_kb, nofile_hard)
             container_hash = ray_node.config_hash(run_args)
         labels = {ray_node.HASH_LABEL: container_hash, ray_node.ROLE_LABEL: s["ray_role"]}
-        responses["docker container inspect"] = [container_json(s["ray_container_name"], s["ray_image"], labels)]
+        responses["docker container inspect"] = [
+            container_json(s["ray_container_name"], s["ray_image"], labels, image_id=container_image_id)
+        ]
     else:
         responses["docker container inspect"] = []
     return responses

@@ -127,6 +127,7 @@ def validate_host(name: str, data: Mapping[str, Any], host_names: Collection[str
         problems += _mount_problems(name, merged, set(host_names))
         problems += _export_problems(name, merged)
         problems += _firewall_problems(name, merged)
+        problems += _temp_dir_problems(name, merged)
     return problems
 
 
@@ -229,6 +230,32 @@ def _mount_problems(name: str, merged: Mapping[str, Any], host_names: set[str]) 
             )
         )
     return problems
+
+
+#: Folders Ray's temp folder may not be or be under, beyond the system's: Docker's own data.
+_NOT_RAY_TEMP = ("/tmp", "/var/tmp", "/var/lib/docker", "/var/lib/containerd")
+
+
+def _temp_dir_problems(name: str, merged: Mapping[str, Any]) -> list[Problem]:
+    """Ray's temp folder is made the container user's (recursively), 0700, and pruned: a folder of
+    its own, never a system folder, one that holds others' (a home, /var/lib), /tmp, or a shared mount."""
+    path = merged["ray_temp_dir"]
+    depth = path.count("/")
+    under = [d for d in (*_SYSTEM_DIRS, *_NOT_RAY_TEMP) if path == d or path.startswith(d + "/")]
+    mounts = [m["path"] for key in ("storage_nfs_mounts", "storage_s3_mounts") for m in merged[key]]
+    if (
+        depth < 2
+        or (path.startswith("/home/") and depth < 3)
+        or (under and (under != ["/var"] or depth < 3))
+        or any(path == m or path.startswith(m + "/") or m.startswith(path + "/") for m in mounts)
+    ):
+        expected = (
+            "a folder of Ray's own, such as /var/lib/rayrig/ray or /data/ray: at least two levels deep (three "
+            "under /var and /home), not under another system folder, /tmp, /var/tmp or Docker's data, apart "
+            "from the shared mounts"
+        )
+        return [Problem(name, "ray_temp_dir", path, expected)]
+    return []
 
 
 #: Folders an NFS export must not be (or be under) without ``allow_unsafe``: the system's own.

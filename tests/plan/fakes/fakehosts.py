@@ -320,7 +320,8 @@ def expected_files(
     name = s["ray_container_name"]
     units = fake_storage.expected_units(os_name, s)
     table = firewall.TABLE if s["firewall_enabled"] else None
-    files[f"/etc/systemd/system/{name}.service"] = (ray_node.unit_text(name, mount_points(s), units, table), 644)
+    unit = ray_node.unit_text(name, mount_points(s), units, table, s["ray_temp_dir"])
+    files[f"/etc/systemd/system/{name}.service"] = (unit, 644)
     if s["ray_auth"] == "token":
         files[auth.NODE_TOKEN_PATH] = (auth.read_token(auth.ensure_token(s)) + "\n", 600)
     if s["ray_env_secret"]:
@@ -338,7 +339,7 @@ SYSTEM_DIRS = {
 def expected_dirs(os_name: str, data: Mapping[str, Any], *, gpus: int = 0) -> dict[str, int]:
     """path -> mode of every directory rayrig creates on a host with ``data`` (and ``gpus``)."""
     s = settings.merge(data)
-    dirs = {"/etc/docker": 755, UPLOAD_DIR: 700}
+    dirs = {"/etc/docker": 755, UPLOAD_DIR: 700, s["ray_temp_dir"]: 700}
     if FAMILY[os_name] == "apt" and (uses_docker_repo(os_name, s["docker_source"]) or gpus):
         dirs["/etc/apt/keyrings"] = 755
     if s["docker_registry_auth"]:

@@ -172,6 +172,7 @@ PROPERTIES: dict[str, dict[str, Any]] = {
         "items": {"type": "string", "pattern": r"^[0-9A-Fa-f.:/]+\Z"},
         "x-expected": 'a list of addresses or networks such as "203.0.113.0/24"',
     },
+    "firewall_allow_ssh_from_anywhere": {"type": "boolean", "x-expected": "true or false"},
     "firewall_extra_tcp_ports": _TCP_PORTS,
     "firewall_member_cidrs": {
         "type": "array",

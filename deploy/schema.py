@@ -20,6 +20,7 @@ import jsonschema
 from pyinfra.api.exceptions import PyinfraError
 
 from deploy import settings
+from deploy.admin_networks import narrow_expected, too_wide
 from deploy.data_keys import ADDRESS_FORMAT, CLUSTER_WIDE, PORT_NAMES, PROPERTIES, RESERVED_RESOURCES
 
 SCHEMA: dict[str, Any] = {
@@ -303,11 +304,15 @@ def _firewall_problems(name: str, merged: Mapping[str, Any]) -> list[Problem]:
     ]
     for index, cidr in enumerate(merged["firewall_admin_cidrs"]):
         try:
-            ipaddress.ip_network(cidr, strict=False)
+            network = ipaddress.ip_network(cidr, strict=False)
         except ValueError:
             problems.append(
                 Problem(name, f"firewall_admin_cidrs[{index}]", cidr, 'an address or network such as "203.0.113.0/24"')
             )
+            continue
+        if too_wide(network) and not merged["firewall_allow_ssh_from_anywhere"]:
+            expected = narrow_expected(network.version, "firewall_allow_ssh_from_anywhere = True")
+            problems.append(Problem(name, f"firewall_admin_cidrs[{index}]", cidr, expected))
     ports = merged["ray_ports"]
     ray_ranges = [(ports[p], ports[p], p) for p in PORT_NAMES if p not in ("worker_min", "worker_max")]
     ray_ranges.append((ports["worker_min"], ports["worker_max"], "the worker range"))

@@ -57,6 +57,7 @@ docker_registry_auth = None  # {"registry": ..., "username": ..., "password": ..
 firewall_enabled = True  # manage the host's inbound firewall; False: leave it to you (open ray_ports yourself)
 firewall_members_all_ports = True  # members reach all of each other's ports (gloo, NCCL); False: Ray's only
 firewall_admin_cidrs = []  # who may SSH in (and reach a non-local dashboard); []: SSH from anywhere
+firewall_allow_ssh_from_anywhere = False  # must be True to list an admin network wider than /8 (IPv6: /16)
 firewall_member_cidrs = []  # this host's other NICs (InfiniBand, RoCE): addresses/networks every host admits
 firewall_extra_tcp_ports = []  # more TCP ports open to any source: integers or "first-last" ranges, none of Ray's
 

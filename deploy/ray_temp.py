@@ -10,8 +10,8 @@ disk. The container bind-mounts ``ray_temp_dir`` (``/var/lib/rayrig/ray``) at
   ``RAY_ROTATION_BACKUP_COUNT`` old files (:data:`ROTATION_ENV`, unless ``ray_env`` or
   ``ray_env_secret`` sets them);
 * every start of the ray-node unit (a crash loop's too) keeps the newest
-  :data:`SESSIONS_KEPT` session folders and removes the older ones
-  (``templates/ray-node.service.j2``);
+  :data:`SESSIONS_KEPT` session folders and removes the older ones before Ray starts
+  its new session (``templates/ray-node.service.j2``);
 * the folder is 0700, owned by the user the container runs as (root in rayrig's image,
   ``ray`` in Ray's), set by each replacement (:func:`own_command`).
 
@@ -28,7 +28,7 @@ from typing import Any
 
 #: Where Ray keeps its sessions inside the container (``ray start``'s default --temp-dir).
 CONTAINER_PATH = "/tmp/ray"
-#: Session folders each start of the unit keeps (the newest, the one about to start excluded).
+#: Session folders each start of the unit keeps, the newest, besides the one Ray then starts.
 SESSIONS_KEPT = 3
 #: Ray's log rotation unless the data sets it: 100 MiB per file and 3 old ones, as Docker's own logs.
 ROTATION_ENV = {"RAY_ROTATION_MAX_BYTES": str(100 * 2**20), "RAY_ROTATION_BACKUP_COUNT": "3"}

@@ -14,9 +14,12 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
+import shutil
 import socket
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from . import maths
@@ -25,7 +28,23 @@ from .progress import describe, log
 MiB = 2**20
 GiB = 2**30
 
-TRAIN_STORAGE_PATH = "/tmp/rayrig-train"
+
+
+@contextlib.contextmanager
+def private_storage() -> Iterator[str]:
+    """A fresh directory of the driver's own (0700, a name nobody can guess) for one run's Ray Train
+    storage, removed afterwards, failed or not.
+
+    Ray Train writes there only from its controller, which runs on the driver's node (the
+    head): the run's marker and checkpoint bookkeeping. The all-reduce reports no checkpoint,
+    so no worker writes to it; a fixed path such as /tmp/rayrig-train could be made first,
+    and owned, by anyone on the head.
+    """
+    path = tempfile.mkdtemp(prefix="rayrig-train.")
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def size_sweep(min_bytes: int, max_bytes: int) -> list[int]:
@@ -220,17 +239,18 @@ def run_allreduce(
         f"allreduce: {workers} workers ({base['backend']}), sizes {sizes[0]}..{sizes[-1]} bytes, "
         f"{warmup} warm-up + {iters} timed calls each"
     )
-    trainer = TorchTrainer(
-        allreduce_loop,
-        train_loop_config={"sizes": sizes, "warmup": warmup, "iters": iters, "use_gpu": use_gpu},
-        torch_config=TorchConfig(timeout_s=timeout_s),
-        scaling_config=ScalingConfig(num_workers=workers, use_gpu=use_gpu, placement_strategy=strategy),
-        run_config=RunConfig(name=f"rayrig-allreduce-{int(time.time())}", storage_path=TRAIN_STORAGE_PATH),
-    )
-    try:
-        result = trainer.fit()
-    except Exception as exc:  # noqa: BLE001 - reported and judged by the verdict
-        return {**base, "error": describe(exc)}
+    with private_storage() as storage:
+        trainer = TorchTrainer(
+            allreduce_loop,
+            train_loop_config={"sizes": sizes, "warmup": warmup, "iters": iters, "use_gpu": use_gpu},
+            torch_config=TorchConfig(timeout_s=timeout_s),
+            scaling_config=ScalingConfig(num_workers=workers, use_gpu=use_gpu, placement_strategy=strategy),
+            run_config=RunConfig(name=f"rayrig-allreduce-{int(time.time())}", storage_path=storage),
+        )
+        try:
+            result = trainer.fit()
+        except Exception as exc:  # noqa: BLE001 - reported and judged by the verdict
+            return {**base, "error": describe(exc)}
     # Ray Train v2 keeps only metrics reported with a checkpoint in result.metrics;
     # the loop's return value (rank 0) carries the table there, result.metrics on v1.
     data = getattr(result, "return_value", None) or (result.metrics or {}).get("allreduce")

@@ -152,6 +152,11 @@ PROPERTIES: dict[str, dict[str, Any]] = {
         "propertyNames": {"pattern": r"^[A-Za-z_][A-Za-z0-9_]*\Z"},
         "x-expected": "a mapping of environment variable names to strings",
     },
+    "ray_temp_dir": {
+        "type": "string",
+        "pattern": _MOUNT_POINT,
+        "x-expected": "an absolute path of plain names, such as /var/lib/rayrig/ray",
+    },
     "ray_head_wait_s": {"type": "integer", "minimum": 0, "x-expected": "a non-negative number of seconds"},
     "ray_replace_timeout_s": {"type": "integer", "minimum": 1, "x-expected": "a positive number of seconds"},
     "ray_auth": {"enum": ["token", "none"], "x-expected": '"token" or "none"'},
@@ -167,6 +172,7 @@ PROPERTIES: dict[str, dict[str, Any]] = {
         "items": {"type": "string", "pattern": r"^[0-9A-Fa-f.:/]+\Z"},
         "x-expected": 'a list of addresses or networks such as "203.0.113.0/24"',
     },
+    "firewall_allow_ssh_from_anywhere": {"type": "boolean", "x-expected": "true or false"},
     "firewall_extra_tcp_ports": _TCP_PORTS,
     "firewall_member_cidrs": {
         "type": "array",

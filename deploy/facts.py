@@ -112,7 +112,8 @@ class DockerImageId(FactBase):
 
 
 class ContainerState(FactBase):
-    """A container's id, image, running state and labels, or None when absent."""
+    """A container's id, image (as named, and the id it was created from), running state and labels,
+    or None when absent."""
 
     def command(self, container: str) -> str:
         return (
@@ -132,6 +133,7 @@ class ContainerState(FactBase):
             "running": bool(state.get("Running")),
             "restarting": bool(state.get("Restarting")),
             "image": config.get("Image", ""),
+            "image_id": data.get("Image", ""),
             "labels": config.get("Labels") or {},
         }
 

@@ -1,7 +1,10 @@
 """Ray image: the Ray image present on every host, pulled with rayrig's registry login.
 
 Pulls ``ray_image`` when it is absent (``ray_image_pull = "missing"``) or on
-every run (``"always"``). Registry credentials (``docker_registry_auth``) go
+every run (``"always"``). The ray-node container follows the image: one created
+from another image than the one ``ray_image`` names now is replaced
+(:func:`runs_other_image`, from facts, and :func:`same_image_command`, on the host
+after a pull, since facts are read before the pull runs). Registry credentials (``docker_registry_auth``) go
 into a Docker config file of rayrig's own, mode 0600, written like any other
 file: the password is never part of a command line or of pyinfra's output.
 """
@@ -40,6 +43,32 @@ def pull_command(image: str, with_auth: bool) -> str:
 def needs_pull(settings: dict[str, Any], image_id: str | None) -> bool:
     """Whether the deploy must pull the image."""
     return settings["ray_image_pull"] == "always" or image_id is None
+
+
+def runs_other_image(container: dict[str, Any] | None, image_id: str | None) -> bool:
+    """Whether ``container`` (``ContainerState``) was created from another image than ``image_id``,
+    the one ``ray_image`` names on the host now. Unknown on either side: no.
+
+    >>> runs_other_image({"image_id": "sha256:aa"}, "sha256:bb"), runs_other_image({"image_id": "sha256:aa"}, None)
+    (True, False)
+    """
+    used = (container or {}).get("image_id")
+    return bool(used and image_id and used != image_id)
+
+
+#: Succeeds when container $2 was created from the image that $1 names now; values are arguments, never code.
+SAME_IMAGE = (
+    '[ "$(docker image inspect --format "{{.Id}}" "$1")" = "$(docker container inspect --format "{{.Image}}" "$2")" ]'
+)
+
+
+def same_image_command(image: str, container: str) -> str:
+    """A shell command that succeeds when ``container`` runs the image ``image`` names now (after a pull).
+
+    >>> print(same_image_command("rayproject/ray:2.60.0", "ray-node"))  # doctest: +ELLIPSIS
+    bash -c '[ "$(docker image inspect ... "$2")" ]' _ rayproject/ray:2.60.0 ray-node
+    """
+    return shlex.join(["bash", "-c", SAME_IMAGE, "_", image, container])
 
 
 @deploy("Ray image")

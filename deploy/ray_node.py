@@ -25,6 +25,10 @@ that has not joined within ``ray_replace_timeout_s`` is removed, the previous
 container is started again, and the deploy fails naming the host and Ray's own
 error line. A previous container left by a run cut short makes the next run
 replace again, so that it ends joined or restored.
+
+The container follows the image: one created from another image than the one
+``ray_image`` names on the host is replaced, and a run that pulls
+(``ray_image_pull = "always"``) replaces it if the pull brought a new image.
 """
 
 from __future__ import annotations
@@ -41,10 +45,11 @@ from pyinfra.api import deploy
 from pyinfra.api.exceptions import PyinfraError
 from pyinfra.operations import files, server, systemd
 
-from deploy import auth, env_secret, firewall
+from deploy import auth, env_secret, firewall, ray_temp
 from deploy.base import platform
 from deploy.cluster_token import settle_token_once
-from deploy.facts import ContainerState, HostInfo, NvidiaDevices, fact
+from deploy.facts import ContainerState, DockerImageId, HostInfo, NvidiaDevices, fact
+from deploy.ray_image import needs_pull, runs_other_image, same_image_command
 from deploy.replacements import note_replacement
 from deploy.secret_files import put_secret_file
 from deploy.settings import host_data, host_settings, merge, node_address
@@ -185,13 +190,14 @@ def docker_run_args(
     ]  # fmt: skip
     if nofile:
         args.append(f"--ulimit=nofile={nofile}:{nofile}")
-    env = {**settings["ray_env"], **auth.container_env(settings)}
+    env = {**ray_temp.rotation_env(settings), **settings["ray_env"], **auth.container_env(settings)}
     args += [f"--env={name}={value}" for name, value in sorted(env.items())]
     args += env_secret.run_args(settings)  # ray_env_secret: from a 0600 file, never on the command line
     if settings["ray_auth"] == "token":
         token = auth.NODE_TOKEN_PATH
         args += [f"--label={TOKEN_LABEL}={token_digest}", f"--mount=type=bind,src={token},dst={token},readonly"]
     args += [f"--mount=type=bind,src={p},dst={p}" for p in mount_points(settings)]
+    args.append(ray_temp.mount_arg(settings))  # Ray's sessions, logs and spilled objects on the host
     if num_gpus > 0:
         args.append(gpus_option(settings.get("nvidia_visible_devices", "all")))
     return args + [settings["ray_image"], *start_args]
@@ -278,6 +284,7 @@ def unit_text(
     mounts: list[str] | tuple[str, ...] = (),
     units: list[str] | tuple[str, ...] = (),
     firewall_table: str | None = None,
+    temp_dir: str | None = None,
 ) -> str:
     """The systemd unit that supervises the container (``templates/ray-node.service.j2``).
 
@@ -286,13 +293,18 @@ def unit_text(
     order), it starts only once they are mounted: the unit wants them and waits for
     them (``UNIT_WAIT_S``), then fails and is started again (``Restart=always``), which
     tries the mounts again; a remount restarts the container (``PartOf=``) so that its
-    bind mounts show the new mount.
+    bind mounts show the new mount. With ``temp_dir`` (``ray_temp_dir``), each start removes
+    all but the newest sessions there (:mod:`deploy.ray_temp`).
     """
-    return render(UNIT_TEMPLATE, **_unit_values(container, mounts, units, firewall_table))
+    return render(UNIT_TEMPLATE, **_unit_values(container, mounts, units, firewall_table, temp_dir))
 
 
-def _unit_values(container: str, mounts: Any, units: Any, firewall_table: str | None) -> dict[str, Any]:
+def _unit_values(
+    container: str, mounts: Any, units: Any, firewall_table: str | None, temp_dir: str | None = None
+) -> dict[str, Any]:
     return {
+        "temp_dir": temp_dir,
+        "sessions_kept": ray_temp.SESSIONS_KEPT,
         "container": container,
         "mounts": list(mounts),
         "units": list(units),
@@ -308,7 +320,7 @@ def host_unit_values(settings: dict[str, Any]) -> dict[str, Any]:
     """The unit's template values for the current host."""
     table = firewall.TABLE if settings["firewall_enabled"] else None
     units = mount_units(settings, platform(), host.name)
-    return _unit_values(settings["ray_container_name"], mount_points(settings), units, table)
+    return _unit_values(settings["ray_container_name"], mount_points(settings), units, table, settings["ray_temp_dir"])
 
 
 @deploy("Ray node")
@@ -344,6 +356,7 @@ def ray_node() -> None:
             name="Remove ray-node's secret environment (no ray_env_secret)", path=env_secret.ENV_FILE, present=False
         )
 
+    files.directory(name="Create Ray's temp folder (ray_temp_dir)", path=settings["ray_temp_dir"], mode="700")
     unit = put_template(
         f"Install the {name} systemd unit",
         UNIT_TEMPLATE,
@@ -351,7 +364,10 @@ def ray_node() -> None:
         **host_unit_values(settings),
     )
     left_over = fact(host, ContainerState, previous_name(name))  # a replacement cut short
-    if is_current(fact(host, ContainerState, name), run_args) and not left_over:
+    container = fact(host, ContainerState, name)
+    image_id = fact(host, DockerImageId, settings["ray_image"])
+    current = is_current(container, run_args) and not left_over and not runs_other_image(container, image_id)
+    if current:
         daemon_reload("Reload systemd units", [unit], [f"{name}.service"])
         systemd.service(
             name=f"Keep the {name} service enabled and running",
@@ -359,14 +375,18 @@ def ray_node() -> None:
             running=True,
             enabled=True,
         )
-        return
+        if not needs_pull(settings, image_id):
+            return
 
     note_replacement(host.state, host.name)  # the post-deploy checks run the benchmark after a replacement
     replace = [
         "systemctl daemon-reload",
         *own_token,
+        ray_temp.own_command(settings),
         replace_command(name, host.name, settings["ray_replace_timeout_s"], with_hash_label(run_args)),
     ]
+    if current:  # this run pulls: replace only if the pull brought another image
+        replace = [f"{same_image_command(settings['ray_image'], name)} || {{ {' && '.join(replace)}; }}"]
     wait = settings["ray_head_wait_s"]
     gcs = settings["ray_ports"]["gcs"]
     if role == "head":

@@ -195,12 +195,21 @@ def mountpoint_package(settings: Mapping[str, Any], plat: Platform, arch: str, h
     url = settings["storage_mountpoint_url"]
     for name, value in (("{version}", version), ("{arch}", cpu), ("{ext}", ext)):
         url = url.replace(name, value)
-    digest = settings["storage_mountpoint_sha256"].get(f"{cpu}.{ext}")
+    entry = f"{cpu}.{ext}"
+    digest = settings["storage_mountpoint_sha256"].get(entry)
     if not digest:
+        other = (
+            ""
+            if plat.id == "amzn"  # no s3fs there
+            else '. Or mount with s3fs: no "driver": "mountpoint-s3" in the host\'s storage_s3_mounts'
+        )
         raise StorageError(
-            f"host {host_name}: storage_mountpoint_sha256 has no {cpu}.{ext!s} entry: expected the sha256 of "
-            f"{url} (Mountpoint for Amazon S3 {version}), which is checked before it is installed; "
-            f"e.g. curl -fsSL {shlex.quote(url)} | sha256sum"
+            f"host {host_name}: storage_mountpoint_sha256 has no {entry} entry: expected the sha256 of "
+            f"{url} (Mountpoint for Amazon S3 {version}), which is checked before it is installed. "
+            f'Set storage_mountpoint_sha256 = {{"{entry}": "<sha256>"}} (beside its other entries) in the '
+            f"inventory's data. On a machine you trust, download the package, check AWS's signature of it "
+            f"({url}.asc; AWS's guide 'Installing Mountpoint' says how) and take its sha256: "
+            f"curl -fsSLO {shlex.quote(url)} && sha256sum {shlex.quote(url.rsplit('/', 1)[-1])}{other}"
         )
     return url, digest
 

@@ -20,6 +20,7 @@ import jsonschema
 from pyinfra.api.exceptions import PyinfraError
 
 from deploy import settings
+from deploy.admin_networks import narrow_expected, too_wide
 from deploy.data_keys import ADDRESS_FORMAT, CLUSTER_WIDE, PORT_NAMES, PROPERTIES, RESERVED_RESOURCES
 
 SCHEMA: dict[str, Any] = {
@@ -127,6 +128,7 @@ def validate_host(name: str, data: Mapping[str, Any], host_names: Collection[str
         problems += _mount_problems(name, merged, set(host_names))
         problems += _export_problems(name, merged)
         problems += _firewall_problems(name, merged)
+        problems += _temp_dir_problems(name, merged)
     return problems
 
 
@@ -231,6 +233,32 @@ def _mount_problems(name: str, merged: Mapping[str, Any], host_names: set[str]) 
     return problems
 
 
+#: Folders Ray's temp folder may not be or be under, beyond the system's: Docker's own data.
+_NOT_RAY_TEMP = ("/tmp", "/var/tmp", "/var/lib/docker", "/var/lib/containerd")
+
+
+def _temp_dir_problems(name: str, merged: Mapping[str, Any]) -> list[Problem]:
+    """Ray's temp folder is made the container user's (recursively), 0700, and pruned: a folder of
+    its own, never a system folder, one that holds others' (a home, /var/lib), /tmp, or a shared mount."""
+    path = merged["ray_temp_dir"]
+    depth = path.count("/")
+    under = [d for d in (*_SYSTEM_DIRS, *_NOT_RAY_TEMP) if path == d or path.startswith(d + "/")]
+    mounts = [m["path"] for key in ("storage_nfs_mounts", "storage_s3_mounts") for m in merged[key]]
+    if (
+        depth < 2
+        or (path.startswith("/home/") and depth < 3)
+        or (under and (under != ["/var"] or depth < 3))
+        or any(path == m or path.startswith(m + "/") or m.startswith(path + "/") for m in mounts)
+    ):
+        expected = (
+            "a folder of Ray's own, such as /var/lib/rayrig/ray or /data/ray: at least two levels deep (three "
+            "under /var and /home), not under another system folder, /tmp, /var/tmp or Docker's data, apart "
+            "from the shared mounts"
+        )
+        return [Problem(name, "ray_temp_dir", path, expected)]
+    return []
+
+
 #: Folders an NFS export must not be (or be under) without ``allow_unsafe``: the system's own.
 _SYSTEM_EXPORTS = (*_SYSTEM_DIRS, "/root")
 #: Export options that hand clients more than their own files.
@@ -276,11 +304,15 @@ def _firewall_problems(name: str, merged: Mapping[str, Any]) -> list[Problem]:
     ]
     for index, cidr in enumerate(merged["firewall_admin_cidrs"]):
         try:
-            ipaddress.ip_network(cidr, strict=False)
+            network = ipaddress.ip_network(cidr, strict=False)
         except ValueError:
             problems.append(
                 Problem(name, f"firewall_admin_cidrs[{index}]", cidr, 'an address or network such as "203.0.113.0/24"')
             )
+            continue
+        if too_wide(network) and not merged["firewall_allow_ssh_from_anywhere"]:
+            expected = narrow_expected(network.version, "firewall_allow_ssh_from_anywhere = True")
+            problems.append(Problem(name, f"firewall_admin_cidrs[{index}]", cidr, expected))
     ports = merged["ray_ports"]
     ray_ranges = [(ports[p], ports[p], p) for p in PORT_NAMES if p not in ("worker_min", "worker_max")]
     ray_ranges.append((ports["worker_min"], ports["worker_max"], "the worker range"))

@@ -84,7 +84,7 @@ def cluster_hosts(name: str | None = None, region: str | None = None) -> tuple[H
         bastion, bastion_key = spec.network.bastion, spec.network.bastion_ssh_key
         key = spec.ssh_private_key
         shared, per_group = spec.host_data, {g.name: g.host_data for g in spec.groups}
-        admins = list(spec.admin_cidrs)
+        admins, anywhere = list(spec.admin_cidrs), spec.allow_ssh_from_anywhere
     else:
         if state.get("secret_keys"):
             raise CloudError(
@@ -96,7 +96,7 @@ def cluster_hosts(name: str | None = None, region: str | None = None) -> tuple[H
         bastion, bastion_key = state.get("bastion"), state.get("bastion_ssh_key")
         key = state.get("ssh_private_key")
         shared, per_group = state.get("host_data", {}), state.get("group_host_data", {})
-        admins = state.get("admin_cidrs", [])
+        admins, anywhere = state.get("admin_cidrs", []), state.get("allow_ssh_from_anywhere", False)
 
     def order(i: Mapping[str, Any]) -> tuple[str, str]:
         return (tags_of(i).get(TAG_GROUP, ""), i.get("PrivateIpAddress", ""))
@@ -111,6 +111,7 @@ def cluster_hosts(name: str | None = None, region: str | None = None) -> tuple[H
             # The cluster's own token, and SSH for the spec's admins only (the security group agrees).
             "ray_cluster_name": name,
             "firewall_admin_cidrs": admins,
+            "firewall_allow_ssh_from_anywhere": anywhere,
             **shared,
             **per_group.get(tags.get(TAG_GROUP, ""), {}),
             "ray_role": role,

@@ -66,6 +66,7 @@ except ModuleNotFoundError:  # pragma: no cover - Python 3.10 needs the tomli ba
     import tomli as tomllib  # type: ignore[no-redef]
 
 from cloud.ec2.spec_schema import SCHEMA, TTL_PATTERN
+from deploy.admin_networks import narrow_expected, too_wide
 from deploy.schema import StrictValidator, redact, validate_host
 
 MAX_TTL = dt.timedelta(days=30)
@@ -85,9 +86,6 @@ RESERVED_HOST_DATA = (
 
 #: Key types EC2's ImportKeyPair accepts.
 KEY_TYPES = ("ssh-ed25519", "ssh-rsa")
-
-#: Admin CIDRs wider than these count as "anywhere": together a few of them cover the internet.
-WIDEST_ADMIN_PREFIX = {4: 8, 6: 16}
 
 _VALIDATOR = StrictValidator(SCHEMA)
 
@@ -251,13 +249,8 @@ def parse_spec(data: Mapping[str, Any], path: Path) -> ClusterSpec:
                 hint = f" (did you mean {str(ipaddress.ip_network(text, strict=False))!r}?)"
             where(f"admin_cidrs[{i}]", text, f"a CIDR such as '198.51.100.0/24' ({exc}){hint}")
             continue
-        if net.prefixlen < WIDEST_ADMIN_PREFIX[net.version] and not allow_anywhere:
-            where(
-                f"admin_cidrs[{i}]",
-                text,
-                f"your office's or VPN's CIDR (at most /{WIDEST_ADMIN_PREFIX[net.version]} wide): SSH from the "
-                "whole internet, or from a large part of it, needs allow_ssh_from_anywhere = true",
-            )
+        if too_wide(net) and not allow_anywhere:
+            where(f"admin_cidrs[{i}]", text, narrow_expected(net.version, "allow_ssh_from_anywhere = true"))
         cidrs.append(str(net))
 
     # --- SSH keys ---

@@ -100,6 +100,7 @@ def save_state(spec: ClusterSpec, ssh_user: str) -> Path:
         "group_host_data": group_host_data,
         "secret_keys": secret_keys,
         "admin_cidrs": list(spec.admin_cidrs),
+        "allow_ssh_from_anywhere": spec.allow_ssh_from_anywhere,
     }
     path = write_private(folder / f"{spec.name}.json", json.dumps(record, indent=2, sort_keys=True) + "\n")
     write_private(folder / "current", spec.name + "\n")

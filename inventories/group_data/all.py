@@ -36,6 +36,7 @@ ray_ports = {  # every port Ray listens on, pinned so that firewalls and securit
 }
 ray_env = {}  # environment of the ray-node container, e.g. {"NCCL_SOCKET_IFNAME": "eth0"}; not for secrets
 ray_env_secret = {}  # secret environment of ray-node (e.g. {"WANDB_API_KEY": ...}): a 0600 --env-file, never printed
+ray_temp_dir = "/var/lib/rayrig/ray"  # host folder at /tmp/ray in ray-node (Ray's sessions, logs, spilled objects)
 ray_head_wait_s = 120  # how long the deploy waits for the head's GCS port to answer before workers join
 ray_replace_timeout_s = 120  # seconds a replaced node has to join the cluster before its previous container comes back
 ray_cluster_name = "cluster"  # names the cluster: its token in the state directory, its check reports
@@ -56,6 +57,7 @@ docker_registry_auth = None  # {"registry": ..., "username": ..., "password": ..
 firewall_enabled = True  # manage the host's inbound firewall; False: leave it to you (open ray_ports yourself)
 firewall_members_all_ports = True  # members reach all of each other's ports (gloo, NCCL); False: Ray's only
 firewall_admin_cidrs = []  # who may SSH in (and reach a non-local dashboard); []: SSH from anywhere
+firewall_allow_ssh_from_anywhere = False  # must be True to list an admin network wider than /8 (IPv6: /16)
 firewall_member_cidrs = []  # this host's other NICs (InfiniBand, RoCE): addresses/networks every host admits
 firewall_extra_tcp_ports = []  # more TCP ports open to any source: integers or "first-last" ranges, none of Ray's
 

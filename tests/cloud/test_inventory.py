@@ -170,3 +170,18 @@ def test_a_cluster_without_instances_is_a_clear_error(aws: str, monkeypatch: pyt
     monkeypatch.setenv("RAYRIG_CLUSTER", "nothing-here")
     with pytest.raises(ec2.CloudError, match="cluster nothing-here has no running instances in us-east-1"):
         ec2.cluster_hosts()
+
+
+def test_wide_admin_networks_the_spec_allows_reach_the_deploy_allowed(
+    write_spec: Callable[..., Path], keys: tuple[Path, Path], no_ssh: Any, aws: str
+) -> None:
+    """The deploy refuses admin networks wider than /8 unless the inventory allows them, as the spec does."""
+    path = write_spec(base_spec(keys[0], admin_cidrs=["0.0.0.0/1", "128.0.0.0/1"], allow_ssh_from_anywhere=True))
+    up(path, no_ssh)
+    for source in ("spec", "state"):  # the state alone, once the spec is gone
+        if source == "state":
+            path.unlink()
+        heads, workers = ec2.cluster_hosts()
+        hosts = [(name, data, data["ray_node_ip"]) for name, data in heads + workers]
+        assert all(data["firewall_allow_ssh_from_anywhere"] is True for _, data, _ in hosts), source
+        assert validate_cluster(hosts) == [], source

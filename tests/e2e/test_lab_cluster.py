@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from cloud import ssh as remote
-from deploy import auth, firewall, settings
+from deploy import auth, firewall, ray_temp, settings
 from deploy.paths import repo_root
 from tests.e2e.labkit import (
     ANSI,
@@ -144,11 +144,16 @@ def test_the_token_is_0600_and_appears_in_no_output_inspect_process_list_or_log(
             "{ sudo docker inspect ray-node; ps -eo args; sudo docker logs ray-node 2>&1; "
             "sudo journalctl --no-pager -u ray-node; "
             "sudo docker exec ray-node find /tmp/ray/session_latest/logs -type f -exec cat {} +; "
+            # every session the host keeps of /tmp/ray (ray_temp_dir, bind-mounted there)
+            "sudo find /var/lib/rayrig/ray -path '*/logs/*' -type f -exec cat {} +; "
             "} 2>&1",
             timeout=120,
         )
         assert len(seen) > 10_000, "too little was looked at"
         assert token not in seen, f"the token leaked on {h['address']}"
+        sessions = lab.sh(h, "sudo find /var/lib/rayrig/ray -maxdepth 1 -name 'session_2*' -type d").split()
+        kept = ray_temp.SESSIONS_KEPT + 1  # pruned before each start, then the new one
+        assert 1 <= len(sessions) <= kept, f"{h['address']}: Ray's sessions on the host: {sessions}"
 
 
 def test_rayrig_dashboard_tunnels_to_the_heads_dashboard(lab, first_deploy):

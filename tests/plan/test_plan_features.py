@@ -18,16 +18,27 @@ PRIVATE_IMAGE = "registry.lab.example:5000/ml/ray-torch:2.60.0-cu128"
 
 
 def test_pull_always_pulls_a_present_image_and_changes_nothing_else():
+    """Beside the pull, only the ray-node steps that replace the container if the pull brought a new
+    image (tests/plan/test_plan_image_follow.py)."""
     run = run_deploy(reference_cluster("ubuntu22", "converged", data={"ray_image_pull": "always"}))
     for name in (HEAD, GPU_WORKER, CPU_WORKER):
-        assert run.changed_hosts[name] == ["Ray image | Pull rayproject/ray:2.60.0-py311-gpu"]
-        assert run[name].commands == ["docker pull --quiet rayproject/ray:2.60.0-py311-gpu"]
+        assert run.changed_hosts[name][0] == "Ray image | Pull rayproject/ray:2.60.0-py311-gpu"
+        assert all(op.startswith("Ray node | ") for op in run.changed_hosts[name][1:])
+        assert run[name].commands[0] == "docker pull --quiet rayproject/ray:2.60.0-py311-gpu"
+        assert not any(c.startswith(("apt-get", "dnf", "systemctl restart")) for c in run[name].commands)
 
 
 def test_pull_missing_pulls_only_where_the_image_is_absent():
     hosts = reference_cluster("ubuntu22", "converged", options={CPU_WORKER: {"image_present": False}})
     run = run_deploy(hosts)
-    assert run.changed_hosts == {CPU_WORKER: ["Ray image | Pull rayproject/ray:2.60.0-py311-gpu"]}
+    assert set(run.changed_hosts) == {CPU_WORKER}
+    # and the container is replaced if what the pull brought is not the image it was created from
+    assert run.changed_hosts[CPU_WORKER] == [
+        "Ray image | Pull rayproject/ray:2.60.0-py311-gpu",
+        "Ray node | Wait for the Ray head to answer",
+        "Ray node | Start the Ray worker container",
+    ]
+    assert run[CPU_WORKER].op("Start the Ray worker container").commands[0].startswith("bash -c '[ \"$(docker image")
 
 
 @pytest.mark.parametrize("os_name", ["ubuntu24", "rocky9"])

@@ -77,9 +77,16 @@ def test_docker_facts():
     assert DockerImageId().process([]) is None
     assert ContainerState().process([]) is None
     container = ContainerState().process(
-        [json.dumps({"Id": "abc", "State": {"Running": True}, "Config": {"Image": "img", "Labels": {"a": "b"}}})]
-    )
-    assert container == {"id": "abc", "running": True, "restarting": False, "image": "img", "labels": {"a": "b"}}
+        [
+            json.dumps(
+                {"Id": "abc", "Image": "sha256:ab", "State": {"Running": True},
+                 "Config": {"Image": "img", "Labels": {"a": "b"}}}
+            )
+        ]
+    )  # fmt: skip
+    assert container == {
+        "id": "abc", "running": True, "restarting": False, "image": "img", "image_id": "sha256:ab", "labels": {"a": "b"}
+    }  # fmt: skip
     assert FileText().process(["ABSENT"]) is None
     assert FileText().process(["EXISTS", "{", "}"]) == "{\n}"
 

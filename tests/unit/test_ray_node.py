@@ -294,7 +294,7 @@ def test_firewall_wait_fails_with_a_message_when_the_table_is_missing():
 def test_unit_is_valid_for_systemd():
     if not shutil.which("systemd-analyze"):
         pytest.skip("systemd-analyze is not installed")
-    unit = ray_node.unit_text("ray-node", MOUNTS, UNITS, "inet rayrig")
+    unit = ray_node.unit_text("ray-node", MOUNTS, UNITS, "inet rayrig", "/var/lib/rayrig/ray")
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "ray-node.service"
         path.write_text(unit)

@@ -345,6 +345,21 @@ def test_mountpoint_package_is_the_pinned_version_with_its_checksum():
         s3.mountpoint_package(settings, UBUNTU, "x86_64", "h1")
 
 
+@pytest.mark.parametrize("plat,entry", [(UBUNTU, "x86_64.deb"), (AL2023, "x86_64.rpm")], ids=["ubuntu", "al2023"])
+def test_a_missing_mountpoint_checksum_says_which_entry_to_set_and_how_to_get_it(plat, entry):
+    package = f"mount-s3-1.24.0-{entry}"
+    url = f"https://s3.amazonaws.com/mountpoint-s3-release/1.24.0/x86_64/{package}"
+    with pytest.raises(mount_units.StorageError) as error:
+        s3.mountpoint_package(merge({"storage_mountpoint_sha256": {}}), plat, "x86_64", "gpu-01")
+    message = str(error.value)
+    assert message.startswith(f"host gpu-01: storage_mountpoint_sha256 has no {entry} entry: expected the sha256 of ")
+    assert f'Set storage_mountpoint_sha256 = {{"{entry}": "<sha256>"}}' in message
+    assert f"curl -fsSLO {url} && sha256sum {package}" in message
+    assert f"signature of it ({url}.asc;" in message
+    # s3fs is the way around it, where the distribution has s3fs (Amazon Linux 2023 has none)
+    assert ('no "driver": "mountpoint-s3"' in message) is (plat is UBUNTU)
+
+
 def _stub_installer(tmp_path: Path) -> tuple[dict[str, str], Path]:
     """A PATH whose dnf records the package it was given (and that the file was there)."""
     bin_dir = tmp_path / "bin"

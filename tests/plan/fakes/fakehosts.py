@@ -320,7 +320,8 @@ def expected_files(
     name = s["ray_container_name"]
     units = fake_storage.expected_units(os_name, s)
     table = firewall.TABLE if s["firewall_enabled"] else None
-    files[f"/etc/systemd/system/{name}.service"] = (ray_node.unit_text(name, mount_points(s), units, table), 644)
+    unit = ray_node.unit_text(name, mount_points(s), units, table, s["ray_temp_dir"])
+    files[f"/etc/systemd/system/{name}.service"] = (unit, 644)
     if s["ray_auth"] == "token":
         files[auth.NODE_TOKEN_PATH] = (auth.read_token(auth.ensure_token(s)) + "\n", 600)
     if s["ray_env_secret"]:
@@ -338,7 +339,7 @@ SYSTEM_DIRS = {
 def expected_dirs(os_name: str, data: Mapping[str, Any], *, gpus: int = 0) -> dict[str, int]:
     """path -> mode of every directory rayrig creates on a host with ``data`` (and ``gpus``)."""
     s = settings.merge(data)
-    dirs = {"/etc/docker": 755, UPLOAD_DIR: 700}
+    dirs = {"/etc/docker": 755, UPLOAD_DIR: 700, s["ray_temp_dir"]: 700}
     if FAMILY[os_name] == "apt" and (uses_docker_repo(os_name, s["docker_source"]) or gpus):
         dirs["/etc/apt/keyrings"] = 755
     if s["docker_registry_auth"]:
@@ -419,11 +420,14 @@ def _systemd(unit: str, key: str, value: str) -> list[str]:
     return [f"Id={unit}", f"{key}={value}", ""]
 
 
-def container_json(name: str, image: str, labels: Mapping[str, str], running: bool = True) -> str:
-    """One line of ``docker container inspect --format '{{json .}}'``."""
+def container_json(
+    name: str, image: str, labels: Mapping[str, str], running: bool = True, image_id: str = IMAGE_ID
+) -> str:
+    """One line of ``docker container inspect --format '{{json .}}'`` (``image_id``: the image it was created from)."""
     return json.dumps(
         {
             "Id": CONTAINER_ID,
+            "Image": image_id,
             "Name": f"/{name}",
             "State": {"Status": "running" if running else "exited", "Running": running, "Restarting": False},
             "Config": {"Image": image, "Labels": dict(labels)},
@@ -443,6 +447,7 @@ def fake_responses(
     image_present: bool | None = None,
     container_hash: str | None = None,
     container_present: bool | None = None,
+    container_image_id: str = IMAGE_ID,
     unit_need_reload: bool = False,
     previous_present: bool = False,
     docker_running: bool | None = None,
@@ -471,7 +476,8 @@ def fake_responses(
     converged, or as ``daemon_json_merged`` says). The other keywords change
     one aspect of the state: ``image_present``, ``container_present``,
     ``container_hash`` (the label the running container carries; giving one
-    makes the container present), ``previous_present`` (a stopped
+    makes the container present), ``container_image_id`` (the image it was created
+    from; the present image is ``IMAGE_ID``), ``previous_present`` (a stopped
     ``<name>-previous`` container, left by a replacement cut short), ``docker_running``,
     ``daemon_json_unread`` (daemon.json was written after the running daemon started: a run
     died before Docker's restart), ``unit_need_reload`` (the ray-node unit file changed since
@@ -628,7 +634,9 @@ def fake_responses(
         labels = {ray_node.HASH_LABEL: container_hash, ray_node.ROLE_LABEL: s["ray_role"]}
         if s["ray_auth"] == "token":
             labels[auth.TOKEN_LABEL] = auth.token_digest(auth.ensure_token(s))
-        responses["docker container inspect"] = [container_json(s["ray_container_name"], s["ray_image"], labels)]
+        responses["docker container inspect"] = [
+            container_json(s["ray_container_name"], s["ray_image"], labels, image_id=container_image_id)
+        ]
     else:
         responses["docker container inspect"] = []
     return responses

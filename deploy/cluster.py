@@ -1,32 +1,42 @@
-"""Bring every host of the inventory to a running Ray node.
+"""Bring every host of the inventory to a running Ray node, and take out the hosts marked absent.
 
     pyinfra inventories/prod.py deploy/cluster.py
 
 The inventory is validated first, for all hosts at once: a problem anywhere
-stops the deploy before any operation runs on any host.
+stops the deploy before any operation runs on any host; so does a run limited
+to some hosts (--limit) that would change the cluster's members behind the
+others' backs.
 """
 
 from pyinfra import host, inventory
 
+from deploy.absent import remove_from_cluster
 from deploy.base import base
 from deploy.docker import docker
 from deploy.firewall import firewall
+from deploy.membership import check_membership, record_members
 from deploy.nvidia import nvidia
 from deploy.post_checks import post_deploy_checks
 from deploy.ray_image import ray_image
 from deploy.ray_node import ray_node
 from deploy.secret_files import private_uploads
+from deploy.settings import is_absent
 from deploy.storage import storage
 from deploy.validate import validate_once
 
 validate_once(host.state, inventory)
+check_membership(host.state, inventory)
 
-private_uploads()
-base()
-docker()
-ray_image()
-nvidia()
-storage()
-firewall()
-ray_node()
+if is_absent(host):
+    remove_from_cluster()  # drained first, while the others still admit it
+else:
+    private_uploads()
+    base()
+    docker()
+    ray_image()
+    nvidia()
+    storage()
+    firewall()
+    ray_node()
+    record_members()
 post_deploy_checks()

@@ -31,7 +31,7 @@ from deploy.facts import NvidiaDevices
 from deploy.memo import run_memo
 from deploy.ray_node import head_host
 from deploy.secret_files import AS_SSH_USER, ESCALATION
-from deploy.settings import host_data, host_settings, node_address
+from deploy.settings import host_data, host_settings, node_address, present_hosts
 
 
 class ChecksFailed(PyinfraError):
@@ -142,7 +142,7 @@ def run_checks(state: Any) -> Verdict:
     if isinstance(head.connector, FakeConnector):
         click.echo("--> Post-deploy checks skipped: @fake hosts have no cluster to check", err=True)
         return Verdict([])
-    hosts = list(inventory)
+    hosts = present_hosts(inventory)  # a host marked absent has left the cluster
     nodes = [PyinfraNode(h) for h in hosts]
     run = run_cluster_checks(
         nodes,

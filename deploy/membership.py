@@ -127,11 +127,12 @@ def membership_problem(hosts: Sequence[Host], members: Sequence[str]) -> str | N
     for h in hosts:
         if not h.in_run:
             continue
+        label = h.name if h.name == h.address else f"{h.name} ({h.address})"
         if h.absent:
             if h.recorded is not None:
-                changes.append(f'{h.name} ({h.address}) leaves the cluster (ray_state = "absent")')
+                changes.append(f'{label} leaves the cluster (ray_state = "absent")')
         elif h.recorded is None:
-            changes.append(f"{h.name} ({h.address}) is new to the cluster")
+            changes.append(f"{label} is new to the cluster")
         elif list(h.recorded) != wanted:
             added = sorted(set(wanted) - set(h.recorded))
             gone = sorted(set(h.recorded) - set(wanted))

@@ -63,6 +63,15 @@ def test_a_limited_run_on_a_new_host_stops_and_names_the_hosts_to_include():
     assert message.endswith("Nothing was changed on any host.")
 
 
+def test_a_limited_run_of_a_member_and_a_new_host_names_the_members_left_out():
+    with pytest.raises(MembershipChange) as caught:
+        run_deploy(grown(), limit=[CPU_WORKER, NEW])
+    message = str(caught.value)
+    assert f"{NEW} (10.0.0.4) is new to the cluster" in message
+    assert f"the members recorded on {CPU_WORKER} differ from this inventory's (joining: 10.0.0.4)" in message
+    assert f"member sets or NFS exports of {HEAD}, {GPU_WORKER} do not follow" in message
+
+
 def test_a_limited_run_that_keeps_the_members_goes_on():
     hosts = with_data(reference_cluster("ubuntu22", "converged"), CPU_WORKER, ray_num_cpus=4)
     run = run_deploy(hosts, limit=[CPU_WORKER])

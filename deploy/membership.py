@@ -213,7 +213,7 @@ def run_members() -> list[str]:
     return memo["members"]
 
 
-@deploy("Record the cluster's members")
+@deploy("Cluster membership")
 def record_members() -> None:
     """Keep the membership this run applied on the host (``MEMBERS_PATH``), for later limited runs."""
     files.put(

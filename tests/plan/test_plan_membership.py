@@ -22,7 +22,7 @@ from tests.plan.test_plan_storage import ALL  # the shared storage of the storag
 NEW = "@fake/worker-3"
 NEW_HOST = (NEW, {"ray_role": "worker", "ray_node_ip": "10.0.0.4", "ray_num_cpus": 32})
 RULESET = "/etc/rayrig/firewall.nft"
-MEMBERS = ("Ray node", "Firewall", "Record the cluster's members")
+MEMBERS = ("Ray node", "Firewall", "Cluster membership")
 
 
 def grown() -> list[tuple[str, dict]]:

@@ -1,6 +1,6 @@
 """The cluster's membership: which hosts are members, the record each member keeps of it, and
-the guard that stops a run limited to some hosts (``--limit``, ``--exclude``) from changing it
-behind the others' backs.
+the guard that stops a run limited to some hosts (``--limit``, ``--exclude``, or hosts it could
+not connect to) from changing it behind the others' backs.
 
 The members are the inventory's hosts not marked ``ray_state = "absent"``. What depends on
 them, on every other host: the firewall's member sets (each member's node address and
@@ -22,7 +22,8 @@ hosts connects to those only, so the others' live member sets cannot be read. A 
 hosts travels with the cluster: a deploy from another checkout or another operator's machine
 sees it, where a file in the state directory would be missing or stale. And since this guard
 refuses every limited run that would change the membership, a member's record is what every
-other member holds: the last run that changed it included them all. A run that is not
+other member holds: the last run that changed it included them all (a run that died half-way
+may have left some behind; the next run of every host puts them right). A run that is not
 limited, or whose left-out hosts depend on nothing of the membership (no firewall, not the NFS
 server), is never stopped. A new host that no record holds yet needs a run that includes every
 member; a limited run that changes nothing of the membership (a new setting on one worker)

@@ -159,6 +159,8 @@ PROPERTIES: dict[str, dict[str, Any]] = {
     },
     "ray_head_wait_s": {"type": "integer", "minimum": 0, "x-expected": "a non-negative number of seconds"},
     "ray_replace_timeout_s": {"type": "integer", "minimum": 1, "x-expected": "a positive number of seconds"},
+    "ray_state": {"enum": ["present", "absent"], "x-expected": '"present" or "absent" (drained and removed)'},
+    "ray_drain_timeout_s": {"type": "integer", "minimum": 0, "x-expected": "a non-negative number of seconds"},
     "ray_auth": {"enum": ["token", "none"], "x-expected": '"token" or "none"'},
     "ray_auth_token_file": {
         "type": ["string", "null"],

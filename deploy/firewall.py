@@ -69,7 +69,7 @@ from deploy.firewall_members import member_cidrs
 from deploy.memo import run_memo
 from deploy.nfs import NFS_PORT, serves_nfs
 from deploy.ports import WORKER_RANGE, port_ranges
-from deploy.settings import host_data, host_settings, is_loopback, node_address, parse_address
+from deploy.settings import host_data, host_settings, is_loopback, node_address, parse_address, present_hosts
 from deploy.templating import put_template, render
 from deploy.units import NeedDaemonReload, daemon_reload
 
@@ -492,18 +492,18 @@ def member_addresses(hosts: Iterable[Any]) -> list[str]:
 
 
 def cluster_members() -> list[str]:
-    """The current inventory's member addresses (resolved once per deploy run)."""
+    """The member addresses of the current inventory's hosts, absent ones left out (resolved once per deploy run)."""
     memo = run_memo(host.state, "firewall")
     if "members" not in memo:
-        memo["members"] = member_addresses(inventory)
+        memo["members"] = member_addresses(present_hosts(inventory))
     return memo["members"]
 
 
 def cluster_member_cidrs() -> list[str]:
-    """The current inventory's ``firewall_member_cidrs`` (checked once per deploy run)."""
+    """The ``firewall_member_cidrs`` of the current inventory's hosts, absent ones left out (checked once per run)."""
     memo = run_memo(host.state, "firewall")
     if "member_cidrs" not in memo:
-        memo["member_cidrs"] = member_cidrs(inventory)
+        memo["member_cidrs"] = member_cidrs(present_hosts(inventory))
     return memo["member_cidrs"]
 
 
@@ -544,7 +544,7 @@ def needs_load(loaded: Mapping[str, Any] | None, ruleset: str) -> bool:
 # --- Steps ----------------------------------------------------------------------------------------
 
 
-def _remove() -> None:
+def remove_firewall() -> None:
     """Take away what an earlier deploy put there; plan nothing where there is nothing."""
     unit = fact(host, File, UNIT_PATH)
     drop_in = fact(host, File, DROP_IN_PATH)
@@ -568,7 +568,7 @@ def _remove() -> None:
 def firewall() -> None:
     settings = host_settings(host)
     if not settings["firewall_enabled"]:
-        _remove()
+        remove_firewall()
         return
 
     others = fact(host, OtherFirewalls)

@@ -1,7 +1,7 @@
 """NFS: the server role that exports shared directories, and the NFS mounts on every host.
 
 The server (the host ``storage_nfs_server`` names) gets its packages, each export's
-directory and rayrig's exports file, open to the cluster's node addresses only; each
+directory and rayrig's exports file, open to the node addresses of the cluster's present hosts only; each
 mount is a systemd mount unit from ``templates/nfs.mount.j2``, mounted once the
 server answers on TCP 2049. ``deploy.storage`` calls ``serve_exports`` and
 ``nfs_mount``; the firewall opens ``NFS_PORT`` on the server.
@@ -29,7 +29,7 @@ from deploy.mount_units import (
     merge_options,
     mount_unit_name,
 )
-from deploy.settings import node_address
+from deploy.settings import node_address, present_hosts
 from deploy.templating import put_template, render
 from deploy.units import NeedDaemonReload
 
@@ -175,7 +175,7 @@ def serve_exports(settings: dict[str, Any]) -> None:
             _no_check_owner_mode=True,  # an existing directory keeps its owner and mode
         )
     files.directory(name="Create the NFS exports directory", path=EXPORTS_DIR, mode="755")
-    addresses = [node_address(h) for h in inventory]
+    addresses = [node_address(h) for h in present_hosts(inventory)]
     exports = put_template(
         f"Write the NFS exports ({EXPORTS_FILE})",
         EXPORTS_TEMPLATE,

@@ -39,7 +39,7 @@ from deploy.memo import run_memo
 from deploy.ray_node import head_host
 from deploy.replacements import replaced_hosts
 from deploy.secret_files import AS_SSH_USER, ESCALATION
-from deploy.settings import host_data, host_settings, node_address
+from deploy.settings import host_data, host_settings, node_address, present_hosts
 
 FULL, QUICK = "full", "quick"
 NAMED_HOSTS = 5  # the replaced hosts the report names; more are counted
@@ -178,7 +178,7 @@ def run_checks(state: Any, always: bool = False) -> Verdict:
     if not head.connected:
         click.echo("--> Post-deploy checks skipped: the head is not part of this run (--limit?)", err=True)
         return Verdict([])
-    hosts = list(inventory)
+    hosts = present_hosts(inventory)  # a host marked absent has left the cluster
     settings = {h.name: host_settings(h) for h in hosts}
     replaced = set(replaced_hosts(state))
     mode, why = choose_mode(settings[head.name]["checks_mode"], always, [h.name for h in hosts if h.name in replaced])

@@ -385,6 +385,8 @@ def validate_cluster(hosts: Iterable[tuple[str, Mapping[str, Any], str]]) -> lis
                 )
             )
 
+    problems += _absent_problems(merged)
+
     for key in CLUSTER_WIDE:
         values: dict[str, list[str]] = {}
         for name, s in merged.items():
@@ -393,6 +395,33 @@ def validate_cluster(hosts: Iterable[tuple[str, Mapping[str, Any], str]]) -> lis
             detail = "; ".join(f"{', '.join(names)}: {value}" for value, names in values.items())
             first = next(iter(merged))
             problems.append(Problem(first, key, detail, "the same value on every host of the cluster"))
+    return problems
+
+
+def _absent_problems(merged: Mapping[str, Mapping[str, Any]]) -> list[Problem]:
+    """A host marked ``ray_state = "absent"`` leaves the cluster: it cannot be the head, nor the NFS server
+    the other hosts mount."""
+    absent = {name for name, s in merged.items() if s["ray_state"] == "absent"}
+    problems = [
+        Problem(
+            name,
+            "ray_state",
+            "absent",
+            '"present" on the head: the cluster cannot lose its head (make another host the head first)',
+        )
+        for name in sorted(absent)
+        if merged[name]["ray_role"] == "head"
+    ]
+    servers = {s["storage_nfs_server"] for s in merged.values()} & absent
+    problems += [
+        Problem(
+            name,
+            "ray_state",
+            "absent",
+            '"present" on storage_nfs_server: the other hosts mount its exports (move the exports first)',
+        )
+        for name in sorted(servers)
+    ]
     return problems
 
 

@@ -14,7 +14,7 @@ import functools
 import ipaddress
 import re
 import runpy
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +68,16 @@ def host_data(host: Any) -> dict[str, Any]:
 def host_settings(host: Any) -> dict[str, Any]:
     """The effective rayrig settings of a pyinfra host."""
     return merge(host_data(host))
+
+
+def is_absent(host: Any) -> bool:
+    """Whether the host is marked ``ray_state = "absent"``: it leaves the cluster."""
+    return host_settings(host)["ray_state"] == "absent"
+
+
+def present_hosts(hosts: Iterable[Any]) -> list[Any]:
+    """The cluster's members: the hosts not marked ``ray_state = "absent"``, in inventory order."""
+    return [h for h in hosts if not is_absent(h)]
 
 
 def node_address(host: Any) -> str:

@@ -155,6 +155,12 @@ def _remove_stale(state: dict[str, Any], units: set[str], secrets: set[str], is_
         )
 
 
+def remove_storage() -> None:
+    """Take away every mount unit, S3 credentials file and exports file an earlier deploy put on the
+    host (a host that leaves the cluster); plan nothing where there is nothing."""
+    _remove_stale(fact(host, StorageState), set(), set(), is_server=False)
+
+
 @deploy("Shared storage")
 def storage() -> None:
     """Serve and mount the host's shared storage."""

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 from deploy.memo import run_memo
 from deploy.schema import check_inventory
+
+#: Set by ``rayrig deploy`` and ``rayrig check``: a file the run creates once it reaches a host.
+#: pyinfra runs an inventory that yields no host without loading the deploy file and exits 0,
+#: so this is how rayrig tells such a run (nothing deployed) from a successful one.
+RAN_FILE_ENV = "RAYRIG_RAN_FILE"
 
 
 def validate_once(state: Any, inventory: Any) -> None:
@@ -15,3 +22,6 @@ def validate_once(state: Any, inventory: Any) -> None:
         return
     check_inventory(inventory)
     done["inventory"] = True
+    ran = os.environ.get(RAN_FILE_ENV)
+    if ran:
+        Path(ran).touch()

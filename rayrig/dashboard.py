@@ -46,7 +46,10 @@ def load_inventory(path: str) -> list[dict[str, Any]]:
     if result.returncode != 0:
         detail = (result.stderr.strip().splitlines() or ["(no message)"])[-1]
         raise DashboardError(f"{path}: the inventory does not load: {detail}")
-    return json.loads(result.stdout)
+    hosts = json.loads(result.stdout)
+    if not hosts:
+        raise DashboardError(f"{path}: the inventory yields no host (expected at least a head)")
+    return hosts
 
 
 def tunnel_plan(hosts: list[dict[str, Any]]) -> dict[str, Any]:

@@ -10,18 +10,29 @@ import time
 from checks import report
 from cloud import lab
 from deploy.paths import repo_root
-from rayrig.run import CHECKS_FILE, run_pyinfra
+from rayrig.run import CHECKS_FILE, DEPLOY_FILE, EXIT_USAGE, InventoryFileError, run_pyinfra
+
+
+def _run(command: str, inventory: str, deploy_file: str, extra: list[str]) -> int:
+    """pyinfra's exit status; an inventory mistake (``InventoryFileError``) printed as one line, with its own status."""
+    try:
+        return run_pyinfra(inventory, deploy_file=deploy_file, extra=extra)
+    except InventoryFileError as error:
+        print(f"rayrig {command}: {error}", file=sys.stderr)
+        return error.status
 
 
 def deploy_cmd(args: argparse.Namespace) -> int:
-    """Run deploy/cluster.py on the inventory; pyinfra's exit status."""
-    return run_pyinfra(args.inventory, extra=args.pyinfra_args)
+    """Run deploy/cluster.py on the inventory; pyinfra's exit status (2: no such inventory file,
+    1: the inventory yields no host)."""
+    return _run("deploy", args.inventory, DEPLOY_FILE, args.pyinfra_args)
 
 
 def check_cmd(args: argparse.Namespace) -> int:
-    """Run the post-deploy checks alone: 0 on PASS or WARN, 1 on FAIL or when they could not run."""
-    status = run_pyinfra(args.inventory, deploy_file=CHECKS_FILE, extra=args.pyinfra_args)
-    return 0 if status == 0 else 1
+    """Run the post-deploy checks alone: 0 on PASS or WARN, 1 on FAIL or when they could not run,
+    2 when the inventory file does not exist."""
+    status = _run("check", args.inventory, CHECKS_FILE, args.pyinfra_args)
+    return status if status in (0, EXIT_USAGE) else 1
 
 
 def demo_cmd(args: argparse.Namespace) -> int:

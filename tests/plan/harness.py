@@ -150,8 +150,11 @@ def record_downloads(connector: FakeConnector) -> list[str]:
     return downloads
 
 
-def run_deploy(hosts: list[tuple[str, dict[str, Any]]], deploy_file: Path = CLUSTER) -> Run:
-    """Run ``deploy_file`` against ``hosts`` like ``pyinfra ... -y`` and return what ran.
+def run_deploy(
+    hosts: list[tuple[str, dict[str, Any]]], deploy_file: Path = CLUSTER, limit: list[str] | None = None
+) -> Run:
+    """Run ``deploy_file`` against ``hosts`` like ``pyinfra ... -y`` and return what ran;
+    ``limit``: the host names of ``--limit`` (the run connects to those only).
 
     Exceptions raised while the deploy file is loaded (invalid inventory, a
     GPU mismatch) propagate, as the CLI stops on them before any operation.
@@ -165,14 +168,14 @@ def run_deploy(hosts: list[tuple[str, dict[str, Any]]], deploy_file: Path = CLUS
     was_cli, pyinfra.is_cli = pyinfra.is_cli, True
     try:
         with ctx_state.use(state), ctx_config.use(config), ctx_inventory.use(inventory):
-            _run(state, config, inventory, deploy_file)
+            _run(state, config, inventory, deploy_file, limit)
     finally:
         pyinfra.is_cli = was_cli
     return _collect(state, inventory)
 
 
-def _run(state: State, config: Config, inventory: Inventory, deploy_file: Path) -> None:
-    state.init(inventory, config)
+def _run(state: State, config: Config, inventory: Inventory, deploy_file: Path, limit: list[str] | None) -> None:
+    state.init(inventory, config, initial_limit=None if limit is None else [inventory.get_host(n) for n in limit])
     for host in inventory:
         assert isinstance(host.connector, FakeConnector), f"{host.name} is not an @fake host"
         host.connector.rayrig_uploads = record_uploads(host.connector)

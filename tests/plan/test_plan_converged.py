@@ -71,8 +71,10 @@ def test_changed_head_address_replaces_every_container():
     for name in (GPU_WORKER, CPU_WORKER):
         assert "--address=10.0.1.1:6379" in run[name].docker_create()
     for host in run.hosts.values():
-        # Nothing else moves, but the firewall: it admits the head's new address instead of the old one.
-        assert not [op.name for op in host.changes if not op.name.startswith(("Ray node", "Firewall"))]
+        # Nothing else moves, but the firewall (it admits the head's new address instead of the old one)
+        # and the record of the members.
+        moved = ("Ray node", "Firewall", "Cluster membership")
+        assert not [op.name for op in host.changes if not op.name.startswith(moved)]
         lines = {line.strip().rstrip(",") for line in host.uploads["/etc/rayrig/firewall.nft"].splitlines()}
         assert "10.0.1.1" in lines and "10.0.0.1" not in lines
         assert not any(c.startswith(("apt-get", "dnf", "docker pull")) for c in host.commands)

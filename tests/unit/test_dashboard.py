@@ -58,6 +58,13 @@ def test_a_missing_inventory_is_a_usage_error(capsys):
     assert "no/such/inventory.py: no such inventory file" in capsys.readouterr().err
 
 
+def test_an_inventory_that_yields_no_host_is_a_usage_error(tmp_path, capsys):
+    empty = tmp_path / "empty.py"
+    empty.write_text("heads = []\n")
+    assert main(["dashboard", str(empty)]) == 2
+    assert f"{empty}: the inventory yields no host" in capsys.readouterr().err
+
+
 def test_print_command_loads_the_inventory_through_pyinfra(capsys):
     assert main(["dashboard", "tests/plan/fake_inventory.py", "--print-command", "--local-port", "18000"]) == 0
     assert capsys.readouterr().out.strip().endswith("-L 127.0.0.1:18000:127.0.0.1:8265 @fake/head")

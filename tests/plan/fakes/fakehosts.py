@@ -33,7 +33,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from deploy import auth, cluster_token, env_secret, firewall, nfs, ray_node, settings
+from deploy import auth, cluster_token, env_secret, firewall, membership, nfs, ray_node, settings
 from deploy.docker import merge_daemon_config
 from deploy.ray_image import registry_config
 from deploy.storage import mount_points
@@ -466,6 +466,7 @@ def fake_responses(
     members: Iterable[str] = (),
     firewall: Mapping[str, Any] | None = None,
     storage: Mapping[str, Any] | None = None,
+    recorded: Iterable[str] | None | str = CONVERGED,
 ) -> dict[str, Any]:
     """The ``fake_responses`` of one host.
 
@@ -495,7 +496,10 @@ def fake_responses(
 
     ``members`` are the cluster's node addresses, the head's first (the
     firewall admits them); ``firewall`` and ``storage`` are keywords for
-    ``fake_firewall.facts`` and ``fake_storage.facts``.
+    ``fake_firewall.facts`` and ``fake_storage.facts``. ``recorded`` is the
+    membership record the host keeps (``deploy.membership.MEMBERS_PATH``): by
+    default, when converged, the members and every host's member networks; a
+    list of members instead, or None for no record.
     """
     if state not in STATES:
         raise ValueError(f"state must be one of {STATES}, not {state!r}")
@@ -547,6 +551,14 @@ def fake_responses(
         dirs.update(step.dirs)
     for path in SYSTEM_DIRS[FAMILY[os_name]]:
         dirs.setdefault(path, 755)
+    if recorded == CONVERGED:
+        cidrs = (firewall or {}).get("member_cidrs", s["firewall_member_cidrs"])
+        recorded = membership.cluster_membership(members, cidrs) if converged else None
+    if recorded is not None:
+        record = membership.record_text(list(recorded))
+        files[membership.MEMBERS_PATH] = (record, 644)
+        dirs.setdefault(membership.MEMBERS_PATH.rsplit("/", 1)[0], 755)
+        responses[f"if [ -f {membership.MEMBERS_PATH} ]"] = ["RAYRIG_MEMBERS", *record.splitlines()]
     current_daemon = dict(daemon_json or {})
     if nvidia_runtime and "nvidia" not in (current_daemon.get("runtimes") or {}):
         current_daemon["runtimes"] = {**(current_daemon.get("runtimes") or {}), **NVIDIA_RUNTIME}

@@ -1,0 +1,36 @@
+"""The post-deploy checks expect the cluster's present hosts: a host marked absent has left it."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from deploy import post_checks
+
+
+class Stop(Exception):
+    """Ends run_checks once the checks were handed their nodes."""
+
+
+def _host(name: str, **data: Any) -> Any:
+    return SimpleNamespace(name=name, data=SimpleNamespace(dict=lambda: data), connected=True, connector=object(),
+                           get_fact=lambda *args: {"pci_count": 0, "nvswitches": 0, "driver": None})  # fmt: skip
+
+
+def test_the_checks_are_given_the_present_hosts_only(monkeypatch):
+    head = _host("head", ray_role="head", ray_node_ip="10.0.0.1")
+    hosts = [head, _host("w1", ray_node_ip="10.0.0.2"), _host("w2", ray_node_ip="10.0.0.3", ray_state="absent")]
+    given = {}
+
+    def run_cluster_checks(nodes: list, head_node: Any, settings: dict, gpus: dict, progress: Any) -> Any:
+        given.update(nodes=[n.name for n in nodes], head=head_node.name, settings=sorted(settings), gpus=sorted(gpus))
+        raise Stop
+
+    monkeypatch.setattr(post_checks, "inventory", hosts)
+    monkeypatch.setattr(post_checks, "head_host", lambda: head)
+    monkeypatch.setattr(post_checks, "run_cluster_checks", run_cluster_checks)
+    with pytest.raises(Stop):
+        post_checks.run_checks(state=None)
+    assert given == {"nodes": ["head", "w1"], "head": "head", "settings": ["head", "w1"], "gpus": ["head", "w1"]}

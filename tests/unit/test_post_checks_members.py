@@ -10,6 +10,10 @@ import pytest
 from deploy import post_checks
 
 
+class Run:
+    """A pyinfra run's state, as far as the checks read it: nothing was replaced in it."""
+
+
 class Stop(Exception):
     """Ends run_checks once the checks were handed their nodes."""
 
@@ -24,7 +28,7 @@ def test_the_checks_are_given_the_present_hosts_only(monkeypatch):
     hosts = [head, _host("w1", ray_node_ip="10.0.0.2"), _host("w2", ray_node_ip="10.0.0.3", ray_state="absent")]
     given = {}
 
-    def run_cluster_checks(nodes: list, head_node: Any, settings: dict, gpus: dict, progress: Any) -> Any:
+    def run_cluster_checks(nodes: list, head_node: Any, settings: dict, gpus: dict, progress: Any, why: str) -> Any:
         given.update(nodes=[n.name for n in nodes], head=head_node.name, settings=sorted(settings), gpus=sorted(gpus))
         raise Stop
 
@@ -32,5 +36,5 @@ def test_the_checks_are_given_the_present_hosts_only(monkeypatch):
     monkeypatch.setattr(post_checks, "head_host", lambda: head)
     monkeypatch.setattr(post_checks, "run_cluster_checks", run_cluster_checks)
     with pytest.raises(Stop):
-        post_checks.run_checks(state=None)
+        post_checks.run_checks(state=Run())
     assert given == {"nodes": ["head", "w1"], "head": "head", "settings": ["head", "w1"], "gpus": ["head", "w1"]}

@@ -41,9 +41,10 @@ from pyinfra.api import deploy
 from pyinfra.api.exceptions import PyinfraError
 from pyinfra.operations import files, server, systemd
 
-from deploy import auth, env_secret, firewall
+from deploy import auth, env_secret, firewall, gcs_store, rolling
 from deploy.base import platform
 from deploy.facts import ContainerState, HostInfo, NvidiaDevices, fact
+from deploy.memo import run_memo
 from deploy.secret_files import put_secret_file
 from deploy.settings import host_data, host_settings, merge, node_address
 from deploy.storage import mount_points, mount_units
@@ -183,13 +184,14 @@ def docker_run_args(
     ]  # fmt: skip
     if nofile:
         args.append(f"--ulimit=nofile={nofile}:{nofile}")
-    env = {**settings["ray_env"], **auth.container_env(settings)}
+    env = {**gcs_store.container_env(settings, role), **settings["ray_env"], **auth.container_env(settings)}
     args += [f"--env={name}={value}" for name, value in sorted(env.items())]
     args += env_secret.run_args(settings)  # ray_env_secret: from a 0600 file, never on the command line
     if settings["ray_auth"] == "token":
         token = auth.NODE_TOKEN_PATH
         args += [f"--label={TOKEN_LABEL}={token_digest}", f"--mount=type=bind,src={token},dst={token},readonly"]
     args += [f"--mount=type=bind,src={p},dst={p}" for p in mount_points(settings)]
+    args += gcs_store.mount_args(settings, role)
     if num_gpus > 0:
         args.append(gpus_option(settings.get("nvidia_visible_devices", "all")))
     return args + [settings["ray_image"], *start_args]
@@ -270,6 +272,32 @@ def desired_run_args(current_host: Any) -> tuple[str, list[str]]:
     return role, docker_run_args(settings, role, start, num_gpus, shm, nofile, digest)
 
 
+def node_view(current_host: Any) -> rolling.Node:
+    """What this run finds and wants of a host's ray-node (read once per host and run)."""
+    memo = run_memo(current_host.state, "ray_nodes")
+    if current_host.name not in memo:
+        settings = host_settings(current_host)
+        name = settings["ray_container_name"]
+        role, run_args = desired_run_args(current_host)
+        container = fact(current_host, ContainerState, name)
+        left_over = fact(current_host, ContainerState, previous_name(name))  # a replacement cut short
+        kept = container or left_over  # what runs, or what a failed replacement would bring back
+        memo[current_host.name] = rolling.Node(
+            name=current_host.name,
+            role=role,
+            running=rolling.version(kept["image"], kept["labels"].get(HASH_LABEL)) if kept else None,
+            wanted=rolling.version(settings["ray_image"], config_hash(run_args)),
+            replace=bool(left_over) or not is_current(container, run_args),
+        )
+    return memo[current_host.name]
+
+
+def run_nodes(current_host: Any) -> list[rolling.Node]:
+    """Every host's ``node_view`` in this run (the hosts it connected to), in inventory order."""
+    state = current_host.state
+    return [node_view(h) for h in inventory if h.connected and state.is_host_in_limit(h)]
+
+
 def unit_text(
     container: str,
     mounts: list[str] | tuple[str, ...] = (),
@@ -314,7 +342,9 @@ def ray_node() -> None:
     name = settings["ray_container_name"]
     role, run_args = desired_run_args(host)
     quoted = shlex.quote(name)
-    own_token = []
+    # Files the container writes or reads are owned by the user it runs as (root in rayrig's image, ray in Ray's).
+    uid = f"docker run --rm --network=none --entrypoint id {shlex.quote(settings['ray_image'])} -u"
+    own_files = []
     if settings["ray_auth"] == "token":
         token = auth.ensure_token(settings)
         files.directory(name="Create the Ray token's directory", path=auth.NODE_TOKEN_DIR, mode="700")
@@ -323,9 +353,7 @@ def ray_node() -> None:
             src=StringIO(auth.read_token(token) + "\n"),
             dest=auth.NODE_TOKEN_PATH,
         )
-        # 0600 and owned by the user the container runs as (root in rayrig's image, ray in Ray's).
-        uid = f"docker run --rm --network=none --entrypoint id {shlex.quote(settings['ray_image'])} -u"
-        own_token = [f'chown "$({uid})" {auth.NODE_TOKEN_PATH}']
+        own_files.append(f'chown "$({uid})" {auth.NODE_TOKEN_PATH}')  # and 0600
 
     if settings["ray_env_secret"]:
         files.directory(
@@ -341,14 +369,21 @@ def ray_node() -> None:
             name="Remove ray-node's secret environment (no ray_env_secret)", path=env_secret.ENV_FILE, present=False
         )
 
+    if settings["ray_gcs_fault_tolerance"] and role == "head":
+        files.directory(
+            name="Create the folder of the GCS store (ray_gcs_fault_tolerance)",
+            path=settings["ray_gcs_storage_path"],
+            mode="700",
+        )
+        own_files.append(f'chown "$({uid})" {shlex.quote(settings["ray_gcs_storage_path"])}')
+
     unit = put_template(
         f"Install the {name} systemd unit",
         UNIT_TEMPLATE,
         f"/etc/systemd/system/{name}.service",
         **host_unit_values(settings),
     )
-    left_over = fact(host, ContainerState, previous_name(name))  # a replacement cut short
-    if is_current(fact(host, ContainerState, name), run_args) and not left_over:
+    if not node_view(host).replace:
         daemon_reload("Reload systemd units", [unit], [f"{name}.service"])
         systemd.service(
             name=f"Keep the {name} service enabled and running",
@@ -360,24 +395,33 @@ def ray_node() -> None:
 
     replace = [
         "systemctl daemon-reload",
-        *own_token,
+        *own_files,
         replace_command(name, host.name, settings["ray_replace_timeout_s"], with_hash_label(run_args)),
     ]
     wait = settings["ray_head_wait_s"]
     gcs = settings["ray_ports"]["gcs"]
+    nodes = run_nodes(host)
+    gate = rolling.gate(host.state, nodes)  # a failure in the steps below stops the deploy
     if role == "head":
-        server.shell(name="Start the Ray head container", commands=replace)
-        server.shell(
+        gate.watch(host.name, server.shell(name="Start the Ray head container", commands=replace), "the head")
+        listening = server.shell(
             name="Wait for the Ray head to listen",
             commands=[
                 f"{wait_for_port_command(node_address(host), gcs, wait)} "
                 f"|| {{ docker logs --tail 40 {quoted}; exit 1; }}"
             ],
         )
+        gate.watch(host.name, listening, "the head")
     else:
         head_address = node_address(head_host())
-        server.shell(
+        answered = server.shell(
             name="Wait for the Ray head to answer",
             commands=[wait_for_port_command(head_address, gcs, wait)],
         )
-        server.shell(name="Start the Ray worker container", commands=replace)
+        gate.watch(host.name, answered, "the wait for the head")
+        workers = sum(1 for h in inventory if host_settings(h)["ray_role"] == "worker")
+        batches = rolling.worker_batches(nodes, rolling.batch_size(settings["ray_rolling_batch"], workers))
+        index = next(i for i, batch in enumerate(batches) if host.name in batch)
+        with rolling.own_slot(host, index):  # one operation per batch, run in batch order
+            started = server.shell(name=rolling.batch_step_name(index, batches), commands=replace)
+        gate.watch(host.name, started, f"batch {index + 1} of {len(batches)}")

@@ -120,8 +120,11 @@ def summary(nodes: Sequence[Node], done: set[str], failed: Sequence[str], stoppe
     groups: dict[str, list[str]] = {}
     for node in nodes:
         if node.name in failed:
-            back = f"back on {node.running}" if node.running else "no previous container"
-            what = f"failed ({back} if its error above says it was restored)"
+            what = (
+                f"failed; its error above says whether its previous container is back ({node.running})"
+                if node.running
+                else "failed; it had no previous container"
+            )
         elif node.name in done or not node.replace:
             what = f"on the new configuration ({node.wanted})"
         else:

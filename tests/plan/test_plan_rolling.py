@@ -6,11 +6,14 @@ workers' reconnect timeout.
 
 from __future__ import annotations
 
+import json
+
 import pyinfra
 import pytest
 from pyinfra.api import Config, Inventory, State
 from pyinfra.context import ctx_config, ctx_inventory, ctx_state
 
+from deploy.ray_node import HASH_LABEL
 from deploy.rolling import RollingStopped
 from tests.plan.fakes.fakehosts import HEAD, cluster, cluster_data
 from tests.plan.harness import CLUSTER, ROOT, Run, _run, run_deploy
@@ -109,12 +112,19 @@ def failing(hosts: list[tuple[str, dict]], name: str) -> list[tuple[str, dict]]:
     return result
 
 
+def running_hash(data: dict) -> str:
+    """The configuration hash on the fake host's running ray-node container."""
+    [line] = data["fake_responses"]["docker container inspect"]
+    return json.loads(line)["Config"]["Labels"][HASH_LABEL]
+
+
 def replaced(commands: list[str]) -> bool:
     return any("replace-ray-node" in c for c in commands)
 
 
 def test_a_failed_batch_stops_the_deploy_before_the_next_batch_and_says_which_host_runs_what():
-    error, executed = run_until_stopped(failing(converged(ray_image=NEW_IMAGE, ray_rolling_batch=1), WORKERS[1]))
+    hosts = failing(converged(ray_image=NEW_IMAGE, ray_rolling_batch=1), WORKERS[1])
+    error, executed = run_until_stopped(hosts)
     assert replaced(executed[HEAD]) and replaced(executed[WORKERS[0]]) and replaced(executed[WORKERS[1]])
     assert not replaced(executed[WORKERS[2]])  # batch 3 never started
     lines = str(error).splitlines()
@@ -122,10 +132,14 @@ def test_a_failed_batch_stops_the_deploy_before_the_next_batch_and_says_which_ho
         f"The rolling replacement of ray-node stopped at batch 2 of 3: {WORKERS[1]} failed; no later batch was started."
     )
     new, old = f"{NEW_IMAGE}, config ", f"{OLD_IMAGE}, config "
+    hashes = [running_hash(data) for _name, data in hosts[1:]]
     assert lines[1].startswith(f"  on the new configuration ({new}") and lines[1].endswith(f"): {HEAD}")
     assert lines[2].startswith(f"  on the new configuration ({new}") and lines[2].endswith(f"): {WORKERS[0]}")
-    assert lines[3].startswith(f"  failed (back on {old}") and lines[3].endswith(f"): {WORKERS[1]}")
-    assert lines[4].startswith(f"  not replaced yet ({old}") and lines[4].endswith(f"): {WORKERS[2]}")
+    assert (
+        lines[3]
+        == f"  failed; its error above says whether its previous container is back ({old}{hashes[1]}): {WORKERS[1]}"
+    )
+    assert lines[4] == f"  not replaced yet ({old}{hashes[2]}): {WORKERS[2]}"
 
 
 def test_a_failed_head_stops_the_deploy_before_any_worker():

@@ -63,7 +63,7 @@ def test_the_stop_summary_says_which_host_runs_which_configuration():
     assert text.splitlines() == [
         "The rolling replacement of ray-node stopped at batch 3 of 4: w2 failed; no later batch was started.",
         f"  on the new configuration ({NEW}): head, w1, w4",
-        f"  failed (back on {OLD} if its error above says it was restored): w2",
+        f"  failed; its error above says whether its previous container is back ({OLD}): w2",
         f"  not replaced yet ({OLD}): w3",
         "  not replaced yet (no container yet): n1",
     ]

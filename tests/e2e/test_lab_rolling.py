@@ -20,12 +20,13 @@ from cloud import ssh as remote
 from cloud.lab.state import LAB_IMAGE_REPO, lab_image_tag
 from deploy.paths import repo_root
 from images import RAY_VERSION
-from tests.e2e.labkit import ANSI, HOSTS, Lab, cluster_state, deploy
+from tests.e2e.labkit import ANSI, CLUSTER_STATE, HOSTS, Lab, deploy
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 ROLLED_TAG = f"{LAB_IMAGE_REPO}:{RAY_VERSION}-rolled"
 BACK_WITHIN_S = 120
+POLL_S = 30  # one look at the cluster, at most
 
 
 def inventory_for_all(path: Path, changes: dict) -> Path:
@@ -49,24 +50,25 @@ def images(lab: Lab) -> dict[str, str]:
     return {h["address"]: lab.sh(h, command).strip() for h in lab.hosts}
 
 
-def alive_nodes(lab: Lab) -> list[dict] | None:
-    """The alive nodes the head's GCS lists now, or None while the head's Ray does not answer."""
+def alive_nodes(lab: Lab) -> list[dict] | str:
+    """The alive nodes the head's GCS lists now, or why it could not tell (the head restarting, its
+    host rebooting: SSH, ``docker exec`` or ``ray.init`` fail or hang, which one poll bounds)."""
     try:
-        return cluster_state(lab, wait=0)["nodes"]
-    except AssertionError:
-        return None
+        return lab.ray_python(CLUSTER_STATE.format(expect=HOSTS, wait=0), timeout=POLL_S)["nodes"]
+    except Exception as exc:  # any failure of one poll is "not yet"; the caller bounds the wait
+        return f"{type(exc).__name__}: {str(exc)[-300:]}"
 
 
 def wait_until_all_alive(lab: Lab, since: float, seconds: float, *, new_ids_of: set[str] = frozenset()) -> list[dict]:
     """The alive nodes once there are HOSTS of them (none of them in ``new_ids_of``), or fail after ``seconds``."""
-    nodes = None
+    seen: list[dict] | str = "nothing yet"
     while time.monotonic() < since + seconds:
-        nodes = alive_nodes(lab)
-        if nodes is not None and len(nodes) == HOSTS and not {n["id"] for n in nodes} & new_ids_of:
-            print(f"{HOSTS} nodes alive {time.monotonic() - since:.1f} s after the head went down")
-            return nodes
+        seen = alive_nodes(lab)
+        if not isinstance(seen, str) and len(seen) == HOSTS and not {n["id"] for n in seen} & new_ids_of:
+            print(f"{HOSTS} nodes alive after {time.monotonic() - since:.1f} s")
+            return seen
         time.sleep(3)
-    pytest.fail(f"not {HOSTS} alive nodes within {seconds} s of the head going down; last seen: {nodes}")
+    pytest.fail(f"not {HOSTS} alive nodes within {seconds} s; last seen: {seen}")
 
 
 def rolling_steps(output: str) -> list[str]:

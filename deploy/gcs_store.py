@@ -17,7 +17,7 @@ GCS binary, so there is no second service to install, secure, supervise and keep
 on the head (a Redis on the head host would need its own unit, firewall rule and
 password, and would fail with the host anyway); the state is a folder next to the
 container, which survives a container restart, a replacement and a reboot. Ray
-marks the RocksDB store alpha; it was tried with Ray 2.60: a head killed and started
+marks the RocksDB store alpha; it was tried with Ray 2.60: a head killed (or stopped) and started
 again with the same folder kept a worker with its node ID and a detached named
 actor, with its state, answering. Redis stays the choice for a head that must move
 to another host, which rayrig does not do.

@@ -31,8 +31,10 @@ Head failure, with the default settings (no deploy involved; measured with Ray
 2.60, a worker was back 58 s after its head was killed):
 
 1. The head's container restarts (``docker restart``, a crash, the host's reboot):
-   its unit starts it again, after the firewall table and mounts at boot. The new
-   GCS is a new cluster: Ray keeps the GCS in the head's memory.
+   its unit starts it again, after the firewall table and mounts at boot (a
+   container Docker restarted itself is left running: the unit stops Ray only
+   while its own ``docker start`` runs). The new GCS is a new cluster: Ray keeps
+   the GCS in the head's memory.
 2. Each worker's raylet keeps calling the GCS. It ends when it reaches the new
    one (another cluster ID: about 20 s after the head is back), or once the GCS
    has been gone ``RAY_gcs_rpc_server_reconnect_timeout_s`` (60 s) during a reboot.

@@ -89,6 +89,7 @@ HIGH_PORT_NAMES = ("client_server", "runtime_env_agent", "worker_min", "worker_m
 CLUSTER_WIDE = (
     "ray_version", "ray_ports", "ray_image", "ray_container_name", "checks_enabled", "checks_mode",
     "ray_cluster_name", "ray_auth", "storage_nfs_server", "storage_nfs_exports",
+    "ray_rolling_batch", "ray_gcs_fault_tolerance",
 )  # fmt: skip
 
 PROPERTIES: dict[str, dict[str, Any]] = {
@@ -161,6 +162,12 @@ PROPERTIES: dict[str, dict[str, Any]] = {
     "ray_replace_timeout_s": {"type": "integer", "minimum": 1, "x-expected": "a positive number of seconds"},
     "ray_state": {"enum": ["present", "absent"], "x-expected": '"present" or "absent" (drained and removed)'},
     "ray_drain_timeout_s": {"type": "integer", "minimum": 0, "x-expected": "a non-negative number of seconds"},
+    "ray_rolling_batch": {
+        "oneOf": [{"type": "integer", "minimum": 1}, {"type": "string", "pattern": r"^([1-9][0-9]?|100)%\Z"}],
+        "x-expected": 'a number of workers of at least 1, or a percentage of the workers from "1%" to "100%"',
+    },
+    "ray_gcs_fault_tolerance": {"type": "boolean", "x-expected": "true or false"},
+    "ray_gcs_storage_path": {"type": "string", "pattern": _ABS_PATH, "x-expected": "an absolute folder path"},
     "ray_auth": {"enum": ["token", "none"], "x-expected": '"token" or "none"'},
     "ray_auth_token_file": {
         "type": ["string", "null"],

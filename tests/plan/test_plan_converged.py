@@ -55,7 +55,10 @@ def test_changed_cpus_on_one_worker_replaces_only_that_container(os_name):
     run = run_deploy(hosts)
     assert set(run.changed_hosts) == {GPU_WORKER}
     changes = run.changed_hosts[GPU_WORKER]
-    assert changes == ["Ray node | Wait for the Ray head to answer", "Ray node | Start the Ray worker container"]
+    assert changes == [
+        "Ray node | Wait for the Ray head to answer",
+        f"Ray node | Start the Ray worker container, batch 1 of 1: {GPU_WORKER}",
+    ]
     assert run[GPU_WORKER].replacement()[4:6] == ["ray-node", "ray-node-previous"]  # kept until the new one joined
     create = run[GPU_WORKER].docker_create()
     assert "--num-cpus=64" in create

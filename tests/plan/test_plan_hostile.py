@@ -98,7 +98,7 @@ def test_the_corpus_reaches_every_string_key_of_the_schema():
         "checks_outlier_fraction", "checks_timeout_s", "firewall_allow_ssh_from_anywhere", "firewall_enabled",
         "firewall_members_all_ports",
         "nvidia_allow_reboot", "nvidia_reboot_timeout_s", "ray_head_wait_s", "ray_object_store_bytes", "ray_ports",
-        "ray_replace_timeout_s", "ray_drain_timeout_s",
+        "ray_replace_timeout_s", "ray_drain_timeout_s", "ray_gcs_fault_tolerance",
         "ray_ulimit_nofile",
     }  # fmt: skip
     assert set(schema.PROPERTIES) - tops == numbers_and_flags

@@ -123,7 +123,7 @@ def test_workers_wait_for_the_head_before_starting(fresh):
     for name in (GPU_WORKER, CPU_WORKER):
         names = [op.name for op in run[name].changes]
         wait = names.index("Ray node | Wait for the Ray head to answer")
-        start = names.index("Ray node | Start the Ray worker container")
+        start = names.index(f"Ray node | Start the Ray worker container, batch 1 of 1: {GPU_WORKER}, {CPU_WORKER}")
         assert wait < start
         assert shlex.split(run[name].op("Wait for the Ray head to answer").commands[0])[-2:] == ["10.0.0.1", "6379"]
     assert not run[HEAD].has_op("Wait for the Ray head to answer")

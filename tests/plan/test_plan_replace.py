@@ -81,7 +81,10 @@ def test_a_previous_container_left_by_a_run_cut_short_makes_the_next_run_replace
     hosts = reference_cluster("ubuntu22", "converged", options={CPU_WORKER: {"previous_present": True}})
     run = run_deploy(hosts)
     assert run.changed_hosts == {
-        CPU_WORKER: ["Ray node | Wait for the Ray head to answer", "Ray node | Start the Ray worker container"]
+        CPU_WORKER: [
+            "Ray node | Wait for the Ray head to answer",
+            f"Ray node | Start the Ray worker container, batch 1 of 1: {CPU_WORKER}",
+        ]
     }
     assert run[CPU_WORKER].replacement()[4:6] == ["ray-node", "ray-node-previous"]
 

@@ -23,18 +23,24 @@ def _host(name: str, **data: Any) -> Any:
                            get_fact=lambda *args: {"pci_count": 0, "nvswitches": 0, "driver": None})  # fmt: skip
 
 
-def test_the_checks_are_given_the_present_hosts_only(monkeypatch):
-    head = _host("head", ray_role="head", ray_node_ip="10.0.0.1")
-    hosts = [head, _host("w1", ray_node_ip="10.0.0.2"), _host("w2", ray_node_ip="10.0.0.3", ray_state="absent")]
+@pytest.mark.parametrize("mode, runner", [("full", "run_cluster_checks"), ("quick", "run_quick_checks")])
+def test_the_checks_are_given_the_present_hosts_only(monkeypatch, mode, runner):
+    common = {"checks_mode": mode, "ray_num_gpus": 0}
+    head = _host("head", ray_role="head", ray_node_ip="10.0.0.1", **common)
+    hosts = [
+        head,
+        _host("w1", ray_node_ip="10.0.0.2", **common),
+        _host("w2", ray_node_ip="10.0.0.3", ray_state="absent", **common),
+    ]
     given = {}
 
-    def run_cluster_checks(nodes: list, head_node: Any, settings: dict, gpus: dict, progress: Any, why: str) -> Any:
-        given.update(nodes=[n.name for n in nodes], head=head_node.name, settings=sorted(settings), gpus=sorted(gpus))
+    def checks(nodes: list, head_node: Any, settings: dict, gpus: dict, progress: Any, why: str) -> Any:
+        given.update(nodes=[n.name for n in nodes], head=head_node.name, settings=sorted(settings))
         raise Stop
 
     monkeypatch.setattr(post_checks, "inventory", hosts)
     monkeypatch.setattr(post_checks, "head_host", lambda: head)
-    monkeypatch.setattr(post_checks, "run_cluster_checks", run_cluster_checks)
+    monkeypatch.setattr(post_checks, runner, checks)
     with pytest.raises(Stop):
         post_checks.run_checks(state=Run())
-    assert given == {"nodes": ["head", "w1"], "head": "head", "settings": ["head", "w1"], "gpus": ["head", "w1"]}
+    assert given == {"nodes": ["head", "w1"], "head": "head", "settings": ["head", "w1"]}

@@ -36,7 +36,7 @@ def test_pull_missing_pulls_only_where_the_image_is_absent():
     assert run.changed_hosts[CPU_WORKER] == [
         "Ray image | Pull rayproject/ray:2.60.0-py311-gpu",
         "Ray node | Wait for the Ray head to answer",
-        "Ray node | Start the Ray worker container",
+        f"Ray node | Start the Ray worker container, batch 1 of 1: {CPU_WORKER}",
     ]
     assert run[CPU_WORKER].op("Start the Ray worker container").commands[0].startswith("bash -c '[ \"$(docker image")
 

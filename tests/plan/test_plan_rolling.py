@@ -95,7 +95,7 @@ def run_until_stopped(hosts: list[tuple[str, dict]]) -> tuple[RollingStopped, di
             ctx_inventory.use(inventory),
             pytest.raises(RollingStopped) as stopped,
         ):
-            _run(state, config, inventory, CLUSTER)
+            _run(state, config, inventory, CLUSTER, None)
     finally:
         pyinfra.is_cli = was_cli
     return stopped.value, {h.name: list(h.connector.executed_commands) for h in inventory}

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import re
 import shlex
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -159,19 +160,28 @@ def run_deploy(
     Exceptions raised while the deploy file is loaded (invalid inventory, a
     GPU mismatch) propagate, as the CLI stops on them before any operation.
     """
+    with cli_run(hosts) as (state, config, inventory):
+        _run(state, config, inventory, deploy_file, limit)
+    return _collect(state, inventory)
+
+
+@contextlib.contextmanager
+def cli_run(hosts: list[tuple[str, dict[str, Any]]]) -> Iterator[tuple[State, Config, Inventory]]:
+    """A fresh pyinfra state, config and inventory of ``hosts``, current while the block runs.
+
+    CLI mode: pyinfra orders operations by where the deploy code calls them (API mode
+    would order them by how many each host called), as `pyinfra ... deploy/cluster.py` does.
+    """
     state = State(check_for_changes=False)
     state.cwd = str(ROOT)
     config = Config()
     inventory = Inventory((hosts, {}))
-    # CLI mode: pyinfra orders operations by where the deploy code calls them (API mode
-    # would order them by how many each host called), as `pyinfra ... deploy/cluster.py` does.
     was_cli, pyinfra.is_cli = pyinfra.is_cli, True
     try:
         with ctx_state.use(state), ctx_config.use(config), ctx_inventory.use(inventory):
-            _run(state, config, inventory, deploy_file, limit)
+            yield state, config, inventory
     finally:
         pyinfra.is_cli = was_cli
-    return _collect(state, inventory)
 
 
 def _run(state: State, config: Config, inventory: Inventory, deploy_file: Path, limit: list[str] | None) -> None:

@@ -8,15 +8,12 @@ from __future__ import annotations
 
 import json
 
-import pyinfra
 import pytest
-from pyinfra.api import Config, Inventory, State
-from pyinfra.context import ctx_config, ctx_inventory, ctx_state
 
 from deploy.ray_node import HASH_LABEL
 from deploy.rolling import RollingStopped
 from tests.plan.fakes.fakehosts import HEAD, cluster, cluster_data
-from tests.plan.harness import CLUSTER, ROOT, Run, _run, run_deploy
+from tests.plan.harness import CLUSTER, Run, _run, cli_run, run_deploy
 
 WORKERS = ("@fake/worker-1", "@fake/worker-2", "@fake/worker-3")
 OLD_IMAGE = "rayproject/ray:2.60.0-py311-gpu"
@@ -83,21 +80,8 @@ def test_a_fresh_cluster_starts_all_its_new_workers_in_one_batch_after_the_head(
 
 def run_until_stopped(hosts: list[tuple[str, dict]]) -> tuple[RollingStopped, dict[str, list[str]]]:
     """Run the deploy like ``run_deploy``; return the error that stopped it and every host's executed commands."""
-    state = State(check_for_changes=False)
-    state.cwd = str(ROOT)
-    config = Config()
-    inventory = Inventory((hosts, {}))
-    was_cli, pyinfra.is_cli = pyinfra.is_cli, True
-    try:
-        with (
-            ctx_state.use(state),
-            ctx_config.use(config),
-            ctx_inventory.use(inventory),
-            pytest.raises(RollingStopped) as stopped,
-        ):
-            _run(state, config, inventory, CLUSTER, None)
-    finally:
-        pyinfra.is_cli = was_cli
+    with cli_run(hosts) as (state, config, inventory), pytest.raises(RollingStopped) as stopped:
+        _run(state, config, inventory, CLUSTER, None)
     return stopped.value, {h.name: list(h.connector.executed_commands) for h in inventory}
 
 

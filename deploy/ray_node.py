@@ -380,7 +380,8 @@ def host_unit_values(settings: dict[str, Any]) -> dict[str, Any]:
     """The unit's template values for the current host."""
     table = firewall.TABLE if settings["firewall_enabled"] else None
     units = mount_units(settings, platform(), host.name)
-    return _unit_values(settings["ray_container_name"], mount_points(settings), units, table, settings["ray_temp_dir"])
+    name = settings["ray_container_name"]
+    return _unit_values(name, mount_points(settings), units, table, ray_temp.host_path(settings))
 
 
 @deploy("Ray node")

@@ -36,7 +36,7 @@ ray_ports = {  # every port Ray listens on, pinned so that firewalls and securit
 }
 ray_env = {}  # environment of the ray-node container, e.g. {"NCCL_SOCKET_IFNAME": "eth0"}; not for secrets
 ray_env_secret = {}  # secret environment of ray-node (e.g. {"WANDB_API_KEY": ...}): a 0600 --env-file, never printed
-ray_temp_dir = "/var/lib/rayrig/ray"  # host folder at /tmp/ray in ray-node (Ray's sessions, logs, spilled objects)
+ray_temp_dir = "/var/lib/rayrig/ray"  # private host folder; its tmp/ is /tmp/ray in ray-node (Ray's sessions, logs)
 ray_head_wait_s = 120  # how long the deploy waits for the head's GCS port to answer before workers join
 ray_replace_timeout_s = 120  # seconds a replaced node has to join the cluster before its previous container comes back
 ray_state = "present"  # "absent": drain this host's Ray node and remove what rayrig put there (not the head)

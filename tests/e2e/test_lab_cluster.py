@@ -151,7 +151,7 @@ def test_the_token_is_0600_and_appears_in_no_output_inspect_process_list_or_log(
         )
         assert len(seen) > 10_000, "too little was looked at"
         assert token not in seen, f"the token leaked on {h['address']}"
-        sessions = lab.sh(h, "sudo find /var/lib/rayrig/ray -maxdepth 1 -name 'session_2*' -type d").split()
+        sessions = lab.sh(h, "sudo find /var/lib/rayrig/ray/tmp -maxdepth 1 -name 'session_2*' -type d").split()
         kept = ray_temp.SESSIONS_KEPT + 1  # pruned before each start, then the new one
         assert 1 <= len(sessions) <= kept, f"{h['address']}: Ray's sessions on the host: {sessions}"
 

@@ -20,15 +20,16 @@ def test_a_fresh_host_gets_the_folder_private_mounted_at_tmp_ray_and_pruned_at_e
             "chmod 700 /var/lib/rayrig/ray",
         ]
         create = host.docker_create()
-        assert "--mount=type=bind,src=/var/lib/rayrig/ray,dst=/tmp/ray" in create
+        # Ray makes the folder it is given 0777: the one mounted is inside the private one, not it.
+        assert "--mount=type=bind,src=/var/lib/rayrig/ray/tmp,dst=/tmp/ray" in create
         assert {"--env=RAY_ROTATION_MAX_BYTES=104857600", "--env=RAY_ROTATION_BACKUP_COUNT=3"} <= set(create)
         # Made the container user's before the container is created, on every replacement.
         commands = host.op(step).commands
-        own = [i for i, c in enumerate(commands) if OWN.format("/var/lib/rayrig/ray") in c]
+        own = [i for i, c in enumerate(commands) if OWN.format("/var/lib/rayrig/ray/tmp") in c]
         assert own and own[0] < len(commands) - 1, commands
         unit = host.uploads["/etc/systemd/system/ray-node.service"]
         prune = [line for line in unit.splitlines() if line.startswith("ExecStartPre=") and "prune-ray" in line]
-        assert prune and prune[0].endswith("prune-ray-sessions /var/lib/rayrig/ray")
+        assert prune and prune[0].endswith("prune-ray-sessions /var/lib/rayrig/ray/tmp")
 
 
 def test_a_new_temp_folder_replaces_the_container_and_its_unit():
@@ -36,9 +37,9 @@ def test_a_new_temp_folder_replaces_the_container_and_its_unit():
     assert set(run.changed_hosts) == {CPU_WORKER}
     host = run[CPU_WORKER]
     assert host.op("Create Ray's temp folder").commands == ["mkdir -p /data/ray", "chmod 700 /data/ray"]
-    assert "--mount=type=bind,src=/data/ray,dst=/tmp/ray" in host.docker_create()
-    assert "prune-ray-sessions /data/ray" in host.uploads["/etc/systemd/system/ray-node.service"]
-    assert any(OWN.format("/data/ray") in c for c in host.commands)
+    assert "--mount=type=bind,src=/data/ray/tmp,dst=/tmp/ray" in host.docker_create()
+    assert "prune-ray-sessions /data/ray/tmp" in host.uploads["/etc/systemd/system/ray-node.service"]
+    assert any(OWN.format("/data/ray/tmp") in c for c in host.commands)
 
 
 def test_log_rotation_set_in_ray_env_is_the_data_s():

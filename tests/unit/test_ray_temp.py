@@ -15,15 +15,15 @@ SESSIONS = [f"session_2026-12-0{d}_10-00-00_123456_{d}" for d in range(1, 7)]
 
 def test_the_container_mounts_the_host_folder_at_tmp_ray_and_rotates_its_logs():
     args = build(ray_settings(ray_temp_dir="/data/ray"))
-    assert "--mount=type=bind,src=/data/ray,dst=/tmp/ray" in args
+    assert "--mount=type=bind,src=/data/ray/tmp,dst=/tmp/ray" in args
     assert "--env=RAY_ROTATION_MAX_BYTES=104857600" in args
     assert "--env=RAY_ROTATION_BACKUP_COUNT=3" in args
-    assert args.index("--mount=type=bind,src=/data/ray,dst=/tmp/ray") < args.index(settings.defaults()["ray_image"])
+    assert args.index("--mount=type=bind,src=/data/ray/tmp,dst=/tmp/ray") < args.index(settings.defaults()["ray_image"])
 
 
 def test_the_default_folder_is_rayrigs_own():
     assert settings.defaults()["ray_temp_dir"] == "/var/lib/rayrig/ray"
-    assert "--mount=type=bind,src=/var/lib/rayrig/ray,dst=/tmp/ray" in build()
+    assert "--mount=type=bind,src=/var/lib/rayrig/ray/tmp,dst=/tmp/ray" in build()
 
 
 @pytest.mark.parametrize("where", ["ray_env", "ray_env_secret"])
@@ -38,8 +38,9 @@ def test_log_rotation_the_data_sets_wins(where):
 def test_the_folder_is_made_the_container_users_before_the_container_is_created():
     command = ray_temp.own_command(ray_settings(ray_temp_dir="/data/ray", ray_image="rayproject/ray:2.60.0"))
     assert command == (
-        'mkdir -p /data/ray && chown -R "$(docker run --rm --network=none --entrypoint id rayproject/ray:2.60.0 -u)" '
-        "/data/ray && chmod 700 /data/ray"
+        'mkdir -p /data/ray/tmp && chown -R '
+        '"$(docker run --rm --network=none --entrypoint id rayproject/ray:2.60.0 -u)" '
+        "/data/ray/tmp && chmod 700 /data/ray"
     )
 
 

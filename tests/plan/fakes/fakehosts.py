@@ -33,7 +33,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from deploy import auth, cluster_token, env_secret, firewall, membership, nfs, ray_node, settings
+from deploy import auth, cluster_token, env_secret, firewall, membership, nfs, ray_node, ray_temp, settings
 from deploy.docker import merge_daemon_config
 from deploy.ray_image import registry_config
 from deploy.storage import mount_points
@@ -320,7 +320,7 @@ def expected_files(
     name = s["ray_container_name"]
     units = fake_storage.expected_units(os_name, s)
     table = firewall.TABLE if s["firewall_enabled"] else None
-    unit = ray_node.unit_text(name, mount_points(s), units, table, s["ray_temp_dir"])
+    unit = ray_node.unit_text(name, mount_points(s), units, table, ray_temp.host_path(s))
     files[f"/etc/systemd/system/{name}.service"] = (unit, 644)
     if s["ray_auth"] == "token":
         files[auth.NODE_TOKEN_PATH] = (auth.read_token(auth.ensure_token(s)) + "\n", 600)

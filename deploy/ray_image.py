@@ -85,3 +85,13 @@ def ray_image() -> None:
         )
     if needs_pull(settings, fact(host, DockerImageId, settings["ray_image"])):
         server.shell(name=f"Pull {settings['ray_image']}", commands=[pull_command(settings["ray_image"], bool(auth))])
+
+
+def user_command(image: str) -> str:
+    """A shell command that prints the uid ``image``'s containers run as (root in rayrig's image,
+    ``ray`` in Ray's): files a ray-node container reads or writes are made that user's.
+
+    >>> print(user_command("rayproject/ray:2.60.0"))
+    docker run --rm --network=none --entrypoint id rayproject/ray:2.60.0 -u
+    """
+    return f"docker run --rm --network=none --entrypoint id {shlex.quote(image)} -u"

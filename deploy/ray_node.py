@@ -73,7 +73,7 @@ from deploy.base import platform
 from deploy.cluster_token import settle_token_once
 from deploy.facts import ContainerState, DockerImageId, HostInfo, NvidiaDevices, fact
 from deploy.memo import run_memo
-from deploy.ray_image import needs_pull, runs_other_image, same_image_command
+from deploy.ray_image import needs_pull, runs_other_image, same_image_command, user_command
 from deploy.replacements import note_replacement
 from deploy.secret_files import put_secret_file
 from deploy.settings import host_data, host_settings, merge, node_address, present_hosts
@@ -391,7 +391,7 @@ def ray_node() -> None:
     role, run_args = desired_run_args(host)
     quoted = shlex.quote(name)
     # Files the container writes or reads are owned by the user it runs as (root in rayrig's image, ray in Ray's).
-    uid = f"docker run --rm --network=none --entrypoint id {shlex.quote(settings['ray_image'])} -u"
+    uid = user_command(settings["ray_image"])
     own_files = []
     if settings["ray_auth"] == "token":
         token = settle_token_once(host.state, inventory)

@@ -29,6 +29,8 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
+from deploy.ray_image import user_command
+
 #: Where Ray keeps its sessions inside the container (``ray start``'s default --temp-dir).
 CONTAINER_PATH = "/tmp/ray"
 #: The folder inside ``ray_temp_dir`` that the container sees as /tmp/ray.
@@ -78,6 +80,6 @@ def own_command(settings: dict[str, Any]) -> str:
     """  # noqa: E501 - a doctest's output is one line
     folder = shlex.quote(settings["ray_temp_dir"])
     mounted = shlex.quote(host_path(settings))
-    uid = f"docker run --rm --network=none --entrypoint id {shlex.quote(settings['ray_image'])} -u"
+    uid = user_command(settings["ray_image"])
     return f'mkdir -p {mounted} && chown -R "$({uid})" {mounted} && chmod 700 {folder}'
 

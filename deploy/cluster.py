@@ -19,7 +19,7 @@ from deploy.firewall import firewall
 from deploy.membership import check_membership, record_members
 from deploy.nvidia import nvidia
 from deploy.post_checks import post_deploy_checks
-from deploy.ray_image import ray_image
+from deploy.ray_image import ray_image, wait_for_image
 from deploy.ray_node import ray_node
 from deploy.secret_files import private_uploads
 from deploy.settings import is_absent
@@ -40,6 +40,7 @@ else:
     nvidia()
     storage()
     firewall()
+    wait_for_image()
     ray_node()
     record_members()
 post_deploy_checks()

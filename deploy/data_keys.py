@@ -89,7 +89,7 @@ HIGH_PORT_NAMES = ("client_server", "runtime_env_agent", "worker_min", "worker_m
 CLUSTER_WIDE = (
     "ray_version", "ray_ports", "ray_image", "ray_container_name", "checks_enabled", "checks_mode",
     "ray_cluster_name", "ray_auth", "storage_nfs_server", "storage_nfs_exports",
-    "ray_rolling_batch", "ray_gcs_fault_tolerance",
+    "ray_rolling_batch", "ray_gcs_fault_tolerance", "image_mirror", "image_mirror_port",
 )  # fmt: skip
 
 PROPERTIES: dict[str, dict[str, Any]] = {
@@ -122,6 +122,14 @@ PROPERTIES: dict[str, dict[str, Any]] = {
         "x-expected": "an image reference (registry/name:tag or @sha256:digest)",
     },
     "ray_image_pull": {"enum": ["missing", "always"], "x-expected": '"missing" or "always"'},
+    "ray_image_pull_timeout_s": {
+        "type": "integer",
+        "minimum": 30,
+        "maximum": 86400,
+        "x-expected": "a number of seconds from 30 to 86400",
+    },
+    "image_mirror": {"enum": ["off", "head"], "x-expected": '"off" or "head"'},
+    "image_mirror_port": {"type": "integer", "minimum": 1, "maximum": 65535, "x-expected": "a TCP port (1-65535)"},
     "ray_container_name": {"type": "string", "pattern": _NAME, "x-expected": "a container name"},
     "ray_shm_size": {
         "oneOf": [{"const": "auto"}, {"type": "string", "pattern": _SIZE}],

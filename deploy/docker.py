@@ -22,6 +22,7 @@ from pyinfra.api import FactBase, deploy
 from pyinfra.api.exceptions import PyinfraError
 from pyinfra.operations import files, server, systemd
 
+from deploy import image_mirror
 from deploy.base import dnf_repository, install_packages, platform, signed_apt_repository
 from deploy.facts import FileText, HostInfo, fact
 from deploy.platform import Platform
@@ -158,9 +159,16 @@ def docker() -> None:
     packages, from_repo = engine_packages(plat, settings["docker_source"])
     if from_repo:
         _docker_repository(plat, settings["docker_repo_url"])
+    mirror = image_mirror.mirror_host()
+    if mirror is not None and host.name == mirror.name:
+        image_mirror.check_mirror_host(plat.family)
+        packages = (*packages, *image_mirror.PACKAGES)  # one package transaction for both
     install_packages(packages, "Install the Docker engine")
 
     current = parse_daemon_config(fact(host, FileText, DAEMON_JSON))
+    if mirror is not None:  # the head's mirror answers plain HTTP on the cluster's network
+        insecure = [*settings["docker_insecure_registries"], image_mirror.mirror_address(mirror)]
+        settings = {**settings, "docker_insecure_registries": insecure}
     wanted = merge_daemon_config(current, settings)
     config = None
     if wanted != current:

@@ -58,6 +58,7 @@ BASE: dict[str, Any] = {
     "base_extra_packages": ["htop"],
     "storage_mountpoint_sha256": {"x86_64.deb": "0" * 64},
     "ray_gcs_fault_tolerance": True,  # so that ray_gcs_storage_path reaches the head's commands
+    "image_mirror": "head",  # so that ray_image reaches the mirror's copy and pull commands
 }
 #: Paths on the operator's machine: read and written there, never sent to a host. The plan run
 #: leaves them out (a token file named by a hostile string would be created in the working tree).

@@ -144,7 +144,8 @@ def test_registry_password_never_printed(tmp_path, extra):
     code, output = run_pyinfra(inventory=str(inventory), extra=extra)
     assert code == 0, output[-3000:]
     assert "Store the login for registry.lab.example:5000" in output
-    assert any("--config /etc/rayrig/docker pull" in cmd for _h, cmd in command_lines(output))
+    assert any("pull-image.sh /var/lib/rayrig/image-pull 3600 " in cmd and " /etc/rayrig/docker " in cmd
+               for _h, cmd in command_lines(output))  # fmt: skip
     if extra:
         assert "Will create /etc/docker/daemon.json" in output  # the diff is on, for other files
     assert "hunter2" not in output

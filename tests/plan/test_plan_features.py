@@ -9,10 +9,12 @@ import pytest
 
 from deploy.nvidia import NvidiaDriverMissing
 from deploy.platform import UnsupportedPlatform
+from deploy.ray_image import start_pull_command
 from deploy.ray_node import GpuCountError
 from tests.plan.fakes.fakehosts import CPU_WORKER, GPU_WORKER, HEAD, cluster, reference_cluster, with_data
 from tests.plan.harness import run_deploy
 
+IMAGE = "rayproject/ray:2.60.0-py311-gpu"
 AUTH = {"registry": "registry.lab.example:5000", "username": "ray", "password": "hunter2-Secret"}
 PRIVATE_IMAGE = "registry.lab.example:5000/ml/ray-torch:2.60.0-cu128"
 
@@ -22,9 +24,15 @@ def test_pull_always_pulls_a_present_image_and_changes_nothing_else():
     image (tests/plan/test_plan_image_follow.py)."""
     run = run_deploy(reference_cluster("ubuntu22", "converged", data={"ray_image_pull": "always"}))
     for name in (HEAD, GPU_WORKER, CPU_WORKER):
-        assert run.changed_hosts[name][0] == "Ray image | Pull rayproject/ray:2.60.0-py311-gpu"
-        assert all(op.startswith("Ray node | ") for op in run.changed_hosts[name][1:])
-        assert run[name].commands[0] == "docker pull --quiet rayproject/ray:2.60.0-py311-gpu"
+        assert run.changed_hosts[name][:3] == [
+            "Ray image | Install the background image pull",
+            "Ray image | Pull rayproject/ray:2.60.0-py311-gpu (in the background)",
+            "Ray image | Wait for the pull of rayproject/ray:2.60.0-py311-gpu",
+        ]
+        assert all(op.startswith("Ray node | ") for op in run.changed_hosts[name][3:])
+        assert run[name].op("Pull ").commands == [
+            start_pull_command(IMAGE, IMAGE, 3600, with_auth=False)
+        ]
         assert not any(c.startswith(("apt-get", "dnf", "systemctl restart")) for c in run[name].commands)
 
 
@@ -34,7 +42,9 @@ def test_pull_missing_pulls_only_where_the_image_is_absent():
     assert set(run.changed_hosts) == {CPU_WORKER}
     # and the container is replaced if what the pull brought is not the image it was created from
     assert run.changed_hosts[CPU_WORKER] == [
-        "Ray image | Pull rayproject/ray:2.60.0-py311-gpu",
+        "Ray image | Install the background image pull",
+        "Ray image | Pull rayproject/ray:2.60.0-py311-gpu (in the background)",
+        "Ray image | Wait for the pull of rayproject/ray:2.60.0-py311-gpu",
         "Ray node | Wait for the Ray head to answer",
         f"Ray node | Start the Ray worker container, batch 1 of 1: {CPU_WORKER}",
     ]
@@ -54,9 +64,11 @@ def test_registry_login_is_a_0600_file_and_the_password_is_never_in_a_command(os
             "auths": {"registry.lab.example:5000": {"auth": token}}
         }
         assert "chmod 600 /etc/rayrig/docker/config.json" in login.commands
-        assert host.op("Pull ").commands == [f"docker --config /etc/rayrig/docker pull --quiet {PRIVATE_IMAGE}"]
+        assert host.op("Pull ").commands == [start_pull_command(PRIVATE_IMAGE, PRIVATE_IMAGE, 3600, with_auth=True)]
+        assert "pull-image.sh /var/lib/rayrig/image-pull 3600 " in host.op("Pull ").commands[0]
+        assert " /etc/rayrig/docker " in host.op("Pull ").commands[0]
         names = [op.name for op in host.changes]
-        assert names.index(login.name) < names.index(f"Ray image | Pull {PRIVATE_IMAGE}")
+        assert names.index(login.name) < names.index(f"Ray image | Pull {PRIVATE_IMAGE} (in the background)")
         for command in host.commands + host.raw_commands + names:
             assert "hunter2" not in command
             assert token not in command

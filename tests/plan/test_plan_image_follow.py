@@ -26,6 +26,10 @@ def planned_start(host: HostRun) -> str:
     return command
 
 
+def planned_start_name(changes: list[str], name: str) -> str:
+    return next(change for change in changes if change.startswith(START[name]))
+
+
 @pytest.fixture(scope="module")
 def always() -> dict[str, HostRun]:
     run = run_deploy(reference_cluster("ubuntu22", "converged", data={"ray_image_pull": "always"}))
@@ -35,7 +39,8 @@ def always() -> dict[str, HostRun]:
 @pytest.mark.parametrize("name", [HEAD, CPU_WORKER])
 def test_pull_always_plans_a_replacement_guarded_by_the_image_id_seen_after_the_pull(always, name):
     changes = [op.name for op in always[name].changes]
-    assert changes[0] == f"Ray image | Pull {IMAGE}"
+    assert changes[1] == f"Ray image | Pull {IMAGE} (in the background)"
+    assert changes.index(f"Ray image | Wait for the pull of {IMAGE}") < changes.index(planned_start_name(changes, name))
     assert any(change.startswith(START[name]) for change in changes), changes  # a worker's is named by its batch
     command = planned_start(always[name])
     guard = """bash -c '[ "$(docker image inspect --format "{{.Id}}" "$1")" = """

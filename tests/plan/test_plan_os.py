@@ -8,6 +8,7 @@ import shlex
 
 import pytest
 
+from deploy.ray_image import start_pull_command
 from tests.plan.fakes.fakehosts import (
     CPU_WORKER,
     GPU_WORKER,
@@ -214,7 +215,8 @@ def test_docker_is_enabled_and_the_image_pulled(fresh):
             "systemctl start docker.service",
             "systemctl enable docker.service",
         ]
-        assert host.op(r"Pull ").commands == [f"docker pull --quiet {IMAGE}"]
+        assert host.op(r"Pull ").commands == [start_pull_command(IMAGE, IMAGE, 3600, with_auth=False)]
+        assert host.op("Wait for the pull of").commands[0].startswith("bash -c ")
         assert (
             host.op("Install the ray-node systemd unit")
             .uploads["/etc/systemd/system/ray-node.service"]

@@ -15,13 +15,18 @@ def test_registry_config():
     assert config == {"auths": {"r.lab:5000": {"auth": base64.b64encode(b"ray:p:w").decode()}}}
 
 
-def test_pull_command():
-    assert ray_image.pull_command("rayproject/ray:2.60.0", False) == "docker pull --quiet rayproject/ray:2.60.0"
-    assert (
-        ray_image.pull_command("r.lab:5000/ml/ray@sha256:" + "a" * 64, True)
-        == f"docker --config {ray_image.DOCKER_CONFIG_DIR} pull --quiet r.lab:5000/ml/ray@sha256:{'a' * 64}"
+def test_start_pull_command_passes_every_value_as_an_argument():
+    command = ray_image.start_pull_command(
+        "reg.example/ray:1;touch /tmp/P", "10.0.0.1:5000/ray:rayrig-1", 600, with_auth=True,
+        copy_to="10.0.0.1:5000/ray:rayrig-1", src_tls_verify=False,
+    )  # fmt: skip
+    assert "'reg.example/ray:1;touch /tmp/P'" in command
+    assert command.endswith(
+        "/var/lib/rayrig/image-pull 600 'reg.example/ray:1;touch /tmp/P' 10.0.0.1:5000/ray:rayrig-1 "
+        "/etc/rayrig/docker 'reg.example/ray:1;touch /tmp/P' 10.0.0.1:5000/ray:rayrig-1 false "
+        "/etc/rayrig/docker/config.json"
     )
-    assert ray_image.pull_command("weird;rm -rf /", False) == "docker pull --quiet 'weird;rm -rf /'"
+    assert "--unit rayrig-image-pull" in command and "RuntimeMaxSec=660" in command
 
 
 @pytest.mark.parametrize(

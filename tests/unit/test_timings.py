@@ -15,7 +15,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from deploy import timings
+from deploy import post_checks, timings
 from deploy.timings import CHECKS, PhaseRow, Span, phase_of, phase_rows, render, with_phases
 
 DEPLOY_DIR = Path(__file__).resolve().parents[2] / "deploy"
@@ -300,3 +300,47 @@ def test_a_run_whose_operations_never_began_prints_nothing_at_exit(clock_time, d
     timings.start_phase_clock(deploy_state)  # the inventory was refused, or --dry
     timings._print_unfinished()
     assert capsys.readouterr().err == ""
+
+
+class CheckedState(FakeState):
+    """A run whose hosts all finished (``failed``: those that did not), for post_checks' callback."""
+
+    def __init__(self, failed: tuple[str, ...] = ()):
+        super().__init__({"o1": "Docker | Install the Docker engine", "o2": "Post-deploy checks"}, {"a": ["o1", "o2"]})
+        self.failed_hosts = {h for h in self.ops if h.name in failed}
+        self.inventory = SimpleNamespace(iter_activated_hosts=lambda: list(self.ops))
+
+
+def test_the_deploys_checks_print_the_table_after_their_fail_verdict(clock_time, tmp_path, monkeypatch, capsys):
+    report = tmp_path / "checks.json"
+    report.write_text("{}")
+
+    def failing_checks(state, always=False):
+        clock_time.now = 30.0
+        timings.report_phases(state, report)
+        print("VERDICT: FAIL", file=sys.stderr)
+        raise post_checks.ChecksFailed("post-deploy checks (full): FAIL")
+
+    monkeypatch.setattr(post_checks, "run_checks", failing_checks)
+    state = CheckedState()
+    timings.start_phase_clock(state)
+    timings.table_after_checks(state)
+    state.add_callback_handler(post_checks._RunChecks({"o2"}, always=False))
+    with pytest.raises(post_checks.ChecksFailed):
+        state.run(clock_time, [("o1", [("a", 1.0, 5.0, True)]), ("o2", [("a", 10.0, 10.0, True)])])
+    err = capsys.readouterr().err
+    assert err.count("--> Phase timings") == 1 and err.index("VERDICT: FAIL") < err.index("--> Phase timings")
+    assert re.search(r"^checks\s+20\.0$", err, re.M)
+    assert [p["phase"] for p in json.loads(report.read_text())["phases"]][-2:] == ["checks", "total"]
+
+
+def test_checks_skipped_for_a_failed_host_still_print_the_table_without_their_row(clock_time, capsys):
+    state = CheckedState(failed=("a",))
+    timings.start_phase_clock(state)
+    timings.table_after_checks(state)
+    state.add_callback_handler(post_checks._RunChecks({"o2"}, always=False))
+    state.run(clock_time, [("o1", [("a", 1.0, 5.0, True)]), ("o2", [("a", 10.0, 10.0, True)])])
+    err = capsys.readouterr().err
+    assert err.index("Post-deploy checks skipped: the deploy failed on a") < err.index("--> Phase timings")
+    assert err.count("--> Phase timings") == 1
+    assert not re.search(r"^checks\s", err, re.M)

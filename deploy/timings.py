@@ -40,11 +40,13 @@ CHECKS = "checks"
 OTHER = "other"
 TOTAL = "total"
 
-# The @deploy names of deploy/*.py, and the row each one's operations count in.
+# The @deploy names of deploy/*.py, and the row each one's operations count in. A @deploy
+# called inside another counts in the outer one's ("Ray image | Image mirror | ...").
 DEPLOY_PHASES = {
     "Base": "base packages",
     "Docker": "Docker",
     "Ray image": "image pull",
+    "Image mirror": "image pull",  # the head's registry mirror, for the image
     "NVIDIA": "NVIDIA",
     "Shared storage": "storage",
     "Firewall": "firewall",

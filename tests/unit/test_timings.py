@@ -48,6 +48,8 @@ def test_every_step_of_the_deploy_counts_in_a_named_row():
         ({"Firewall | Load rayrig's nftables ruleset"}, "firewall"),
         ({"Ray node | Start the Ray head container"}, "Ray start"),
         ({"Cluster membership | Record the cluster's members"}, "Ray start"),
+        ({"Ray image | Image mirror | Enable and start the image mirror"}, "image pull"),  # nested: the outer step
+        ({"Image mirror | Enable and start the image mirror"}, "image pull"),
         ({"Create the private upload directory"}, "other"),
         ({"Image cache | Warm it"}, "Image cache"),  # a step the table does not know: a row of its own
         ({"Ray node | Wait for the Ray head to answer", "Ray node | Wait for the Ray head to listen"}, "Ray start"),
@@ -74,6 +76,19 @@ def test_a_phase_is_the_wall_time_any_host_spent_in_it_and_names_its_slowest_hos
     # 20.5 to 25 and 25.5 to 30: the half second between the operations is no host's
     assert got["Docker"] == PhaseRow("Docker", 9.0, "lab-1", 9.0)
     assert got["total"] == PhaseRow("total", 39.0)
+
+
+def test_a_phase_split_around_other_steps_counts_only_its_own_operations():
+    # the pull starts in the background after Docker and is waited for before Ray starts
+    spans = [
+        Span("image pull", "a", 10.0, 11.0),
+        Span("firewall", "a", 11.0, 30.0),
+        Span("image pull", "a", 30.0, 32.0),
+        Span("Ray start", "a", 32.0, 40.0),
+    ]
+    rows = rows_by_phase(phase_rows(10.0, spans, 40.0))
+    assert rows["image pull"] == PhaseRow("image pull", 3.0, "a", 3.0)
+    assert list(rows) == ["facts and plan", "image pull", "firewall", "Ray start", "total"]
 
 
 def test_rows_keep_the_deploys_order_with_unknown_steps_other_and_the_checks_last():

@@ -24,9 +24,11 @@ from deploy.ray_node import ray_node
 from deploy.secret_files import private_uploads
 from deploy.settings import is_absent
 from deploy.storage import storage
+from deploy.timings import start_phase_clock
 from deploy.validate import validate_once
 
 validate_once(host.state, inventory)
+start_phase_clock(host.state)
 check_membership(host.state, inventory)
 settle_token_once(host.state, inventory)
 

@@ -40,6 +40,7 @@ from deploy.ray_node import head_host
 from deploy.replacements import replaced_hosts
 from deploy.secret_files import AS_SSH_USER, ESCALATION
 from deploy.settings import host_data, host_settings, node_address, present_hosts
+from deploy.timings import checks_phase, report_phases, table_after_checks
 
 FULL, QUICK = "full", "quick"
 NAMED_HOSTS = 5  # the replaced hosts the report names; more are counted
@@ -92,6 +93,7 @@ def post_deploy_checks(always: bool = False) -> None:
     if "markers" not in memo:  # the first host of this run: one callback for the whole run
         memo["markers"] = set()
         state.add_callback_handler(_RunChecks(memo["markers"], always))
+        table_after_checks(state)  # the phase timings print after the checks' verdict
     memo["markers"].add(meta._hash)
 
 
@@ -105,11 +107,12 @@ class _RunChecks(BaseStateCallback):
         if op_hash not in self.markers or self.done:
             return
         self.done = True
-        failed = [h.name for h in state.inventory.iter_activated_hosts() if h in state.failed_hosts]
-        if failed:
-            click.echo(f"--> Post-deploy checks skipped: the deploy failed on {', '.join(failed)}", err=True)
-            return
-        run_checks(state, always=self.always)
+        with checks_phase(state):
+            failed = [h.name for h in state.inventory.iter_activated_hosts() if h in state.failed_hosts]
+            if failed:
+                click.echo(f"--> Post-deploy checks skipped: the deploy failed on {', '.join(failed)}", err=True)
+                return
+            run_checks(state, always=self.always)
 
 
 class PyinfraNode:
@@ -195,6 +198,7 @@ def run_checks(state: Any, always: bool = False) -> Verdict:
         # read afresh, not through the deploy's per-run memo: the deploy may have just installed the driver
         gpus = {h.name: h.get_fact(NvidiaDevices) for h in hosts if h.connected}
         run = run_cluster_checks(nodes, head_node, settings, gpus, _say, why)
+    report_phases(state, run.json_path)
     click.echo(report.render(run.result, run.verdict))
     click.echo(f"--> JSON report: {run.json_path.resolve()}")
     if mode == FULL:

@@ -93,6 +93,26 @@ def test_checks_pass_at_the_end_of_the_deploy(lab, first_deploy):
     assert set(report["preflight"]) == {h["address"] for h in lab.hosts}
 
 
+def test_the_deploy_ends_with_each_phases_wall_time_also_in_the_checks_report(lab, first_deploy):
+    output = ANSI.sub("", first_deploy.stdout + first_deploy.stderr)
+    _before, header, table = output.partition("--> Phase timings (wall seconds; slowest host)\n")
+    assert header, output[-3000:]
+    seconds = {}
+    for line in table.splitlines()[2:]:  # below the column names and their rule
+        match = re.match(r"^([A-Za-z][\w ]*?)\s+(\d+\.\d)\b", line)
+        if not match:
+            break
+        seconds[match[1]] = float(match[2])
+    phases = ["base packages", "Docker", "image pull", "firewall", "Ray start", "checks"]
+    assert set(phases) <= set(seconds), table[:2000]
+    assert all(seconds[phase] <= seconds["total"] for phase in phases)
+    json_path, _plot = report_paths(output)
+    rows = {row["phase"]: row for row in json.loads(json_path.read_text())["phases"]}
+    assert set(phases) <= set(rows), rows
+    assert rows["checks"]["seconds"] > 0 and rows["checks"]["slowest_host"] is None
+    assert rows["Docker"]["slowest_host"] in {h["address"] for h in lab.hosts}  # the lab names hosts by address
+
+
 # --- Security: the firewall, token authentication, the dashboard tunnel -------------------------
 
 

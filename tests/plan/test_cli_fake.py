@@ -95,6 +95,64 @@ def test_fake_cluster_reports_its_operations_by_name(default_run):
         assert f"--> Starting operation: {name}" in output
 
 
+PHASE_HEADER = "--> Phase timings (wall seconds; slowest host)"
+STOPPED_HEADER = "--> Phase timings (wall seconds; slowest host, until the deploy stopped early)"
+PHASE_ROW = re.compile(r"^(?P<phase>[A-Za-z][\w ]*?)\s+(?P<seconds>\d+\.\d)(?:\s+(?P<host>\S+)\s+\d+\.\d)?$")
+
+
+def phase_table(output: str, header: str = PHASE_HEADER) -> dict[str, str | None]:
+    """The phase table printed under ``header``: phase -> its slowest host (None: no host named)."""
+    _before, found, after = output.partition(header + "\n")
+    assert found, output[-3000:]
+    rows = {}
+    for line in after.splitlines()[2:]:  # below the column names and their rule
+        match = PHASE_ROW.match(line)
+        if not match:
+            break
+        rows[match["phase"]] = match["host"]
+    return rows
+
+
+def test_the_deploy_ends_with_the_wall_time_of_each_phase_and_its_slowest_host(default_run):
+    _code, output = default_run
+    assert output.count("--> Phase timings") == 1
+    # after the checks have had their say, before pyinfra's results
+    assert output.index("--> Post-deploy checks skipped") < output.index(PHASE_HEADER) < output.index("--> Results:")
+    rows = phase_table(output)
+    expected = ["facts and plan", "base packages", "Docker", "image pull", "NVIDIA", "firewall", "Ray start"]
+    assert list(rows) == [*expected, "total"], rows  # the fakes' operations are instant: no "other"
+    assert rows["facts and plan"] is None and rows["total"] is None
+    assert rows["NVIDIA"] == "@fake/worker-1"  # the only GPU host
+    assert all(rows[phase] in {"@fake/head", "@fake/worker-1", "@fake/worker-2"} for phase in expected[1:])
+
+
+def test_with_the_checks_off_the_table_ends_the_last_operation():
+    code, output = run_pyinfra(extra=["--data", "checks_enabled=false"])
+    assert code == 0, output[-3000:]
+    assert "Post-deploy checks" not in output
+    assert output.count("--> Phase timings") == 1
+    assert output.index("Cluster membership | Record the cluster's members") < output.index(PHASE_HEADER)
+    assert list(phase_table(output))[-2:] == ["Ray start", "total"]
+
+
+def test_a_deploy_that_stops_early_still_says_where_its_time_went(tmp_path):
+    """An operation fails on every host: pyinfra stops, and the table of what ran prints at exit."""
+    inventory = tmp_path / "failing_inventory.py"
+    inventory.write_text(
+        "from tests.plan.fakes.fakehosts import cluster\n"
+        "hosts = cluster('ubuntu22', 'fresh')\n"
+        "for _name, _data in hosts:  # the Ray token's directory cannot be made anywhere\n"
+        "    _data['fake_responses'] = {'chmod 700 /etc/rayrig/ray': {'success': False}, **_data['fake_responses']}\n"
+    )
+    code, output = run_pyinfra(inventory=str(inventory))
+    assert code != 0
+    assert "Create the Ray token's directory" in output
+    assert output.count("--> Phase timings") == 1
+    rows = phase_table(output, STOPPED_HEADER)
+    assert list(rows)[:3] == ["facts and plan", "base packages", "Docker"]
+    assert list(rows)[-3:] == ["firewall", "Ray start", "total"]  # Ray start: the failed operation's time
+
+
 @pytest.mark.parametrize(
     "variant,fragments",
     [
@@ -126,6 +184,7 @@ def test_gpu_mismatch_stops_before_any_operation():
     assert "host @fake/worker-1: ray_num_gpus = 4: expected 8" in output
     assert not operation_output(output)
     assert "Starting operation" not in output
+    assert "Phase timings" not in output  # no operation ran: nothing to time
     # Facts were read (that is how the mismatch was found), but no operation command was sent.
     commands = [cmd for _host, cmd in command_lines(output)]
     assert any("PCI_GPUS=" in cmd for cmd in commands)

@@ -1,16 +1,17 @@
 #!/bin/bash
 # Pull the Ray image in the background while the deploy goes on; the deploy's wait step reads the result.
 # Run by systemd-run as the unit rayrig-image-pull (deploy/ray_image.py); every value is an argument:
-#   pull-image.sh DIR DEADLINE IMAGE PULL_REF DOCKER_CONFIG COPY_SRC COPY_DEST SRC_TLS_VERIFY AUTHFILE
+#   pull-image.sh DIR TIMEOUT_S IMAGE PULL_REF DOCKER_CONFIG COPY_SRC COPY_DEST SRC_TLS_VERIFY AUTHFILE
 # DIR gets `log` (the tools' own output) and, when each stage ends, `copied` and `result`, both
 # "EXIT_CODE SECONDS". COPY_SRC set (the head, with image_mirror = "head"): skopeo copies the image
 # into the head's mirror first, once from upstream for the whole cluster. PULL_REF other than IMAGE:
 # the image comes from the mirror and is tagged IMAGE, so that ray-node runs the name the data gives.
 set -u
-dir=$1 deadline=$2 image=$3 ref=$4 config=$5 copy_src=$6 copy_dest=$7 tls_verify=$8 authfile=$9
+dir=$1 timeout_s=$2 image=$3 ref=$4 config=$5 copy_src=$6 copy_dest=$7 tls_verify=$8 authfile=$9
 mkdir -p "$dir" && rm -f "$dir/copied" "$dir/result" || exit 1
 exec >"$dir/log" 2>&1
 start=$(date +%s%N)
+deadline=$(($(date +%s) + timeout_s))
 left() { echo $((deadline - $(date +%s))); }
 mark() {
     local ms=$((($(date +%s%N) - start) / 1000000))

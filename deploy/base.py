@@ -18,6 +18,7 @@ from pyinfra.facts.rpm import RpmPackages
 from pyinfra.operations import apt, dnf, files, server
 
 from deploy.facts import CloudInitRunning, HostInfo, fact
+from deploy.memo import run_memo
 from deploy.platform import Platform, detect
 from deploy.settings import host_settings
 from deploy.templating import put_template
@@ -30,10 +31,16 @@ def platform() -> Platform:
     return detect(fact(host, HostInfo), host.name)
 
 
+def _planned() -> set[str]:
+    """The packages an earlier step of this run already installs on the current host."""
+    return run_memo(host.state, "packages").setdefault(host.name, set())
+
+
 def missing_packages(names: list[str] | tuple[str, ...]) -> list[str]:
-    """The packages among ``names`` that the current host lacks."""
+    """The packages among ``names`` that the current host lacks (and no earlier step of this run installs)."""
     installed = fact(host, DebPackages if platform().family == "apt" else RpmPackages) or {}
-    return [name for name in names if name not in installed]
+    planned = _planned()
+    return [name for name in names if name not in installed and name not in planned]
 
 
 def install_packages(names: list[str] | tuple[str, ...], name: str) -> None:
@@ -45,6 +52,7 @@ def install_packages(names: list[str] | tuple[str, ...], name: str) -> None:
     missing = missing_packages(names)
     if not missing:
         return
+    _planned().update(missing)
     if platform().family == "apt":
         apt.packages(name=name, packages=missing, update=True, no_recommends=True)
     else:
@@ -87,7 +95,10 @@ def dnf_repository(what: str, path: str, template: str, *, setting: str, key_url
 
 
 @deploy("Base")
-def base() -> None:
+def base(ahead: list[str] | tuple[str, ...] = ()) -> None:
+    """``ahead``: packages later steps need from the distribution's own repositories (Docker's engine,
+    nftables), installed here in the same transaction as the base packages: one package index
+    refresh and one unpacking for all, where each step on its own would pay for both again."""
     settings = host_settings(host)
     timeout = settings["base_wait_timeout_s"]
     plat = platform()
@@ -106,4 +117,8 @@ def base() -> None:
             mode="644",
         )
 
-    install_packages(list(plat.base_packages) + list(settings["base_extra_packages"]), "Install base packages")
+    wanted = [*plat.base_packages, *settings["base_extra_packages"]]
+    also = [name for name in dict.fromkeys(ahead) if name not in wanted and missing_packages([name])]
+    install_packages(
+        wanted + also, "Install base packages" + (f" and the later steps' ({', '.join(also)})" if also else "")
+    )

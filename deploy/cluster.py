@@ -14,7 +14,9 @@ from pyinfra import host, inventory
 from deploy.absent import remove_from_cluster
 from deploy.base import base
 from deploy.cluster_token import settle_token_once
+from deploy.docker import distro_packages as docker_packages
 from deploy.docker import docker
+from deploy.firewall import distro_packages as firewall_packages
 from deploy.firewall import firewall
 from deploy.membership import check_membership, record_members
 from deploy.nvidia import nvidia
@@ -36,7 +38,7 @@ if is_absent(host):
     remove_from_cluster()  # drained first, while the others still admit it
 else:
     private_uploads()
-    base()
+    base(ahead=(*docker_packages(), *firewall_packages()))
     docker()
     ray_image()
     nvidia()

@@ -151,6 +151,16 @@ def _docker_repository(plat: Platform, repo_url: str) -> None:
         )
 
 
+def distro_packages() -> tuple[str, ...]:
+    """The current host's engine packages (and the image mirror's, on its head) when they come from the
+    distribution's own repositories: the base step installs them with its own (``deploy.base.base``)."""
+    packages, from_repo = engine_packages(platform(), host_settings(host)["docker_source"])
+    mirror = image_mirror.mirror_host()
+    if mirror is not None and host.name == mirror.name and platform().family == "apt":
+        packages = (*packages, *image_mirror.PACKAGES)
+    return () if from_repo else packages
+
+
 @deploy("Docker")
 def docker() -> None:
     settings = host_settings(host)

@@ -63,6 +63,7 @@ from pyinfra.api.exceptions import PyinfraError
 from pyinfra.facts.files import File
 from pyinfra.operations import files, server, systemd
 
+from deploy import image_mirror
 from deploy.base import install_packages
 from deploy.facts import fact
 from deploy.firewall_members import member_cidrs
@@ -293,6 +294,7 @@ def render_ruleset(
     nfs_server: bool = False,
     members_all_ports: bool = True,
     member_cidrs: Iterable[str] = (),
+    mirror_port: int | None = None,
 ) -> str:
     """The nftables file of one host: rayrig's table, replaced in one transaction when loaded.
 
@@ -326,6 +328,10 @@ def render_ruleset(
         ray = sorted(
             [*ray, (str(NFS_PORT), "nfs (this host is storage_nfs_server)")], key=lambda e: int(e[0].split("-")[0])
         )
+    if mirror_port is not None:
+        ray = sorted(
+            [*ray, (str(mirror_port), "the image mirror (image_mirror = head)")], key=lambda e: int(e[0].split("-")[0])
+        )
     extra = port_ranges(extra_tcp_ports)
 
     open_to = ["loopback, replies to this host's own connections, ICMP and ICMPv6, DHCPv6 replies;"]
@@ -344,6 +350,8 @@ def render_ruleset(
         )
     if nfs_server:
         open_to.append(f"NFS (TCP {NFS_PORT}) from the cluster's members, as this host serves storage_nfs_exports;")
+    if mirror_port is not None:
+        open_to.append(f"the image mirror (TCP {mirror_port}) from the cluster's members, as this host is the head;")
     if dashboard_open:
         open_to.append(f"the dashboard (TCP {dashboard}) from the admins and the members;")
     if extra:
@@ -532,7 +540,16 @@ def host_ruleset(
         nfs_server=serves_nfs(settings, current_host.name),
         members_all_ports=settings["firewall_members_all_ports"],
         member_cidrs=cidrs,
+        mirror_port=_mirror_port(current_host),
     )
+
+
+def _mirror_port(current_host: Any) -> int | None:
+    """The image mirror's port on the head that runs it (``image_mirror = "head"``), else None."""
+    head = image_mirror.mirror_host()
+    if head is None or head.name != current_host.name:
+        return None
+    return int(host_settings(head)["image_mirror_port"])
 
 
 def needs_load(loaded: Mapping[str, Any] | None, ruleset: str) -> bool:
@@ -542,6 +559,13 @@ def needs_load(loaded: Mapping[str, Any] | None, ruleset: str) -> bool:
 
 
 # --- Steps ----------------------------------------------------------------------------------------
+
+PACKAGES = ("nftables",)
+
+
+def distro_packages() -> tuple[str, ...]:
+    """The firewall's packages for the current host, to install with the base packages (``deploy.base.base``)."""
+    return PACKAGES if host_settings(host)["firewall_enabled"] else ()
 
 
 def remove_firewall() -> None:
@@ -578,7 +602,7 @@ def firewall() -> None:
     source = host.get_fact(DeploySource, _sudo=False)
     ruleset = host_ruleset(host, cluster_members(), source, cluster_member_cidrs())
 
-    install_packages(["nftables"], "Install nftables")
+    install_packages(PACKAGES, "Install nftables")
     files.put(name="Install rayrig's nftables ruleset", src=StringIO(ruleset), dest=RULESET_PATH, mode="644")
     # Load unless the table loaded now is this ruleset: not on whether the file changed, so that
     # a run that died before loading, a reboot without the unit or a flush are put right.

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from pyinfra import host
-from pyinfra.api import deploy
+from pyinfra.api import BaseStateCallback, deploy
 from pyinfra.operations import files, server
 
 from deploy import image_mirror
@@ -34,6 +34,7 @@ from deploy.memo import run_memo
 from deploy.secret_files import put_secret_file
 from deploy.settings import host_settings
 from deploy.templating import template_path
+from deploy.timings import note_host_phase
 
 DOCKER_CONFIG_DIR = "/etc/rayrig/docker"
 PULL_UNIT = "rayrig-image-pull"
@@ -205,7 +206,49 @@ def wait_for_image() -> None:
             ],
             _if=head_failed,
         )
-    server.shell(name=f"Wait for the pull of {settings['ray_image']}", commands=[wait_command("result", timeout_s)])
+    waited = server.shell(
+        name=f"Wait for the pull of {settings['ray_image']}", commands=[wait_command("result", timeout_s)]
+    )
+    memo = run_memo(host.state, "image_pull_waits")
+    if "hashes" not in memo:  # the first host of this run: one callback for the whole run
+        memo["hashes"] = set()
+        host.state.add_callback_handler(_PullSeconds(memo["hashes"]))
+    memo["hashes"].add(waited._hash)
+
+
+def pull_seconds(lines: list[str]) -> float | None:
+    """The seconds a background pull took, from its wait's output ("result 0 81.2"; None: not there).
+
+    >>> pull_seconds(["result 0 81.2"]), pull_seconds(["something else"])
+    (81.2, None)
+    """
+    for line in reversed(lines):
+        parts = line.split()
+        if len(parts) == 3 and parts[0] == "result" and parts[1] == "0":
+            try:
+                return float(parts[2])
+            except ValueError:
+                return None
+    return None
+
+
+class _PullSeconds(BaseStateCallback):
+    """Counts each host's background pull, measured on the host, in the phase table's image pull row."""
+
+    def __init__(self, hashes: set[str]):
+        self.hashes = hashes
+
+    def operation_end(self, state: Any, op_hash: str) -> None:  # type: ignore[override]
+        if op_hash not in self.hashes:
+            return
+        for h in state.inventory.iter_activated_hosts():
+            data = state.ops.get(h, {}).get(op_hash)
+            meta = data.operation_meta if data is not None else None
+            if meta is None or not meta.is_complete() or not meta.did_succeed():
+                continue
+            seconds = pull_seconds(meta.stdout_lines)
+            if seconds is not None:
+                note_host_phase(state, h, "image pull", seconds)
 
 
 def user_command(image: str) -> str:

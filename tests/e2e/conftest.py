@@ -8,6 +8,7 @@ is left); the lab fixture tears down too when a test fails.
 
 from __future__ import annotations
 
+import datetime
 import socket
 import time
 
@@ -50,8 +51,12 @@ def lab():
 
 @pytest.fixture(scope="session")
 def first_deploy(lab):
-    result = deploy("inventories/lab.py")
+    """The first deploy, through the head's image mirror: every later scenario finds the mirror
+    running, and the deploys that leave ``image_mirror`` at its default take no notice of it."""
+    started = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    result = deploy("inventories/lab.py", "--data", "image_mirror=head")
     assert result.returncode == 0, "the first deploy failed"
+    result.started = started  # the upstream registry's log from here on is this deploy's
     return result
 
 

@@ -116,6 +116,23 @@ def test_the_deploy_ends_with_each_phases_wall_time_also_in_the_checks_report(la
 # --- Security: the firewall, token authentication, the dashboard tunnel -------------------------
 
 
+def test_the_head_mirror_took_each_layer_from_upstream_once_and_every_node_runs_one_image(lab, first_deploy):
+    """image_mirror = "head" (the first deploy's): the lab's registry is the upstream; its own access
+    log since the deploy began shows each blob of the image served once, not once per host."""
+    log = subprocess.run(
+        ["docker", "logs", "--since", first_deploy.started, lab.state["registry_container"]],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    served: dict[str, int] = {}
+    for digest in re.findall(r'"GET /v2/[^ "]+/blobs/(sha256:[0-9a-f]{64}) HTTP', log.stdout + log.stderr):
+        served[digest] = served.get(digest, 0) + 1
+    assert len(served) >= 2, f"the upstream served no image blobs in the deploy: {log.stderr[-2000:]}"
+    assert set(served.values()) == {1}, f"blobs served more than once by the upstream: {served}"
+    images = {h["address"]: lab.sh(h, "sudo docker inspect --format '{{.Image}}' ray-node").strip() for h in lab.hosts}
+    assert len(set(images.values())) == 1, images
+    assert "image pull" in first_deploy.stderr + first_deploy.stdout
+
+
 def test_the_firewall_admits_only_the_clusters_members(lab, first_deploy):
     ports = ray_ports()
     head, worker = lab.head["address"], lab.workers[0]["address"]

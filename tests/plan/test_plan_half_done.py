@@ -100,7 +100,7 @@ def test_fresh_host_restarts_docker_after_writing_daemon_json():
         names = [op.name for op in host.ops]
         assert host.op("Restart Docker for its new configuration").commands == ["systemctl restart docker.service"]
         assert (
-            names.index("Docker | Install the Docker engine")
+            names.index("Base | Install base packages and the later steps' (docker.io, nftables)")
             < names.index("Docker | Merge rayrig's keys into daemon.json")
             < names.index("Docker | Restart Docker for its new configuration")
         )

@@ -535,3 +535,16 @@ def test_drop_in_loads_rayrig_table_again_after_nftables_service():
 def test_members_must_be_addresses():
     with pytest.raises(ValueError, match="resolve names first"):
         render_ruleset(ray_ports=PORTS, members=["10.0.0.1", "gpu-1.lab"])
+
+
+def test_the_image_mirror_port_is_open_to_the_members_only():
+    text = firewall.render_ruleset(
+        ray_ports=settings.defaults()["ray_ports"], members=["10.0.0.1", "10.0.0.2"], members_all_ports=False,
+        mirror_port=5000,
+    )  # fmt: skip
+    assert "5000" in text.split("set ray_ports")[1].split("}")[0]
+    assert "the image mirror (TCP 5000) from the cluster's members" in text
+    without = firewall.render_ruleset(
+        ray_ports=settings.defaults()["ray_ports"], members=["10.0.0.1"], members_all_ports=False
+    )
+    assert "5000" not in without.split("set ray_ports")[1].split("}")[0]

@@ -545,9 +545,10 @@ def host_ruleset(
 
 
 def _mirror_port(current_host: Any) -> int | None:
-    """The image mirror's port on the head that runs it (``image_mirror = "head"``), else None."""
+    """The image mirror's port on the head that runs it (``image_mirror = "head"``), when the members
+    do not reach every port anyway (``firewall_members_all_ports``); else None."""
     head = image_mirror.mirror_host()
-    if head is None or head.name != current_host.name:
+    if head is None or head.name != current_host.name or host_settings(head)["firewall_members_all_ports"]:
         return None
     return int(host_settings(head)["image_mirror_port"])
 

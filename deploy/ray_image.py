@@ -156,9 +156,10 @@ def ray_image() -> None:
     _pulls(host.state)[host.name] = "+".join(part for part, on in (("copy", copy_to), ("pull", ref)) if on)
     script = template_path("pull-image.sh")
     files.put(name="Install the background image pull", src=script, dest=PULL_SCRIPT, mode="755")
-    what = f"Copy {image} into the head's mirror" + (" and pull it" if ref else "") if copy_to else f"Pull {image}"
-    if ref and ref != image:
-        what = f"Pull {image} from the head's mirror"
+    if copy_to:
+        what = f"Copy {image} into the head's mirror" + (" and pull it from there" if ref else "")
+    else:
+        what = f"Pull {image}" + (" from the head's mirror" if ref != image else "")
     server.shell(
         name=f"{what} (in the background)",
         commands=[

@@ -1,0 +1,102 @@
+"""image_mirror = "head": the head copies the image into its registry once, every host pulls from it."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+
+import pytest
+
+from deploy import firewall
+from deploy.image_mirror import MirrorError
+from tests.plan.fakes.fakehosts import CPU_WORKER, GPU_WORKER, HEAD, reference_cluster
+from tests.plan.harness import run_deploy
+
+IMAGE = "rayproject/ray:2.60.0-py311-gpu"
+MIRROR = "10.0.0.1:5000"
+MIRROR_DATA = {"image_mirror": "head"}
+
+
+def job_args(command: str) -> list[str]:
+    """The background pull's arguments (templates/pull-image.sh) from the command that starts it."""
+    words = shlex.split(command.split("; systemd-run ", 1)[1])
+    return words[words.index("/usr/local/lib/rayrig/pull-image.sh") + 1 :]
+
+
+@pytest.fixture(scope="module")
+def fresh():
+    return run_deploy(reference_cluster("ubuntu22", "fresh", data=MIRROR_DATA))
+
+
+def test_the_head_installs_the_registry_with_docker_and_configures_it(fresh):
+    head = fresh[HEAD]
+    install = " ".join(head.op("Install base packages").commands)
+    assert "docker.io" in install and "docker-registry" in install and "skopeo" in install
+    config = head.op("Configure the image mirror's registry").uploads["/etc/docker/registry/config.yml"]
+    assert "addr: :5000\n" in config
+    for worker in (GPU_WORKER, CPU_WORKER):
+        assert not fresh[worker].has_op("image mirror")
+        assert "skopeo" not in " ".join(fresh[worker].commands)
+
+
+def test_the_head_copies_once_and_every_host_pulls_the_same_runs_copy(fresh):
+    head = job_args(fresh[HEAD].op("into the head's mirror").commands[0])
+    # DIR TIMEOUT_S IMAGE PULL_REF DOCKER_CONFIG COPY_SRC COPY_DEST SRC_TLS_VERIFY AUTHFILE
+    assert head[2] == IMAGE and head[5] == IMAGE
+    assert re.fullmatch(rf"{MIRROR}/rayproject/ray:rayrig-\d{{14}}-[0-9a-f]{{6}}", head[6]), head[6]
+    assert head[3] == head[6]  # the head pulls the copy too
+    for worker in (GPU_WORKER, CPU_WORKER):
+        args = job_args(fresh[worker].op("from the head's mirror").commands[0])
+        assert args[3] == head[6] and args[5] == "" and args[6] == ""
+
+
+def test_every_host_trusts_the_mirror_over_plain_http(fresh):
+    for name in (HEAD, GPU_WORKER, CPU_WORKER):
+        daemon = json.loads(fresh[name].op("Merge rayrig's keys into daemon.json").uploads["/etc/docker/daemon.json"])
+        assert MIRROR in daemon["insecure-registries"]
+
+
+def test_the_head_waits_for_its_copy_and_the_workers_stop_if_it_failed(fresh):
+    names = [op.name for op in fresh[HEAD].ops]
+    copy_wait = names.index("Ray image | Wait for the head's mirror to hold the image")
+    assert copy_wait < names.index(f"Ray image | Wait for the pull of {IMAGE}")
+    for worker in (GPU_WORKER, CPU_WORKER):  # "Stop waiting..." is skipped while the head is fine
+        assert fresh[worker].has_op(f"Wait for the pull of {IMAGE}")
+        assert not fresh[worker].has_op("Wait for the head's mirror")
+
+
+def test_where_every_host_has_the_image_nothing_is_copied_or_pulled():
+    run = run_deploy(reference_cluster("ubuntu22", "converged", data=MIRROR_DATA))
+    for name, host in run.hosts.items():
+        assert not any("pull-image.sh" in c or "wait-image" in c for c in host.commands), name
+        assert not host.has_op("Wait for the")
+
+
+def test_a_host_without_the_image_makes_the_head_copy_it_and_pulls_it_from_there():
+    hosts = reference_cluster("ubuntu22", "converged", data=MIRROR_DATA, options={CPU_WORKER: {"image_present": False}})
+    run = run_deploy(hosts)
+    head = job_args(run[HEAD].op("into the head's mirror").commands[0])
+    assert head[3] == "" and head[5] == IMAGE  # the head has the image: it only copies
+    worker = job_args(run[CPU_WORKER].op("from the head's mirror").commands[0])
+    assert worker[3] == head[6]
+    assert not run[GPU_WORKER].has_op("Pull ")
+
+
+def test_a_head_without_debian_packages_is_refused_before_anything_runs():
+    with pytest.raises(MirrorError, match=f'host {HEAD}: image_mirror = "head" needs a Debian or Ubuntu head'):
+        run_deploy(reference_cluster("rocky9", "fresh", data=MIRROR_DATA))
+
+
+def ruleset(run, name: str) -> str:
+    return str(run[name].op("Install rayrig's nftables ruleset").uploads[firewall.RULESET_PATH])
+
+
+def test_the_heads_firewall_names_the_mirror_port_only_where_the_members_do_not_reach_every_port(fresh):
+    closed = {**MIRROR_DATA, "firewall_members_all_ports": False}
+    run = run_deploy(reference_cluster("ubuntu22", "fresh", data=closed))
+    assert "the image mirror (TCP 5000) from the cluster's members" in ruleset(run, HEAD)
+    assert "image mirror" not in ruleset(run, CPU_WORKER)
+    # the default: the members reach every port, so the ruleset is the one without the mirror
+    without = run_deploy(reference_cluster("ubuntu22", "fresh"))
+    assert ruleset(fresh, HEAD) == ruleset(without, HEAD)

@@ -35,7 +35,7 @@ from pyinfra.api.exceptions import PyinfraError
 
 from deploy import auth
 from deploy.facts import ContainerState, fact
-from deploy.memo import run_memo
+from deploy.memo import run_lock, run_memo
 from deploy.settings import host_data, host_settings, merge
 
 #: Set to 1 by ``rayrig token rotate``: the local token is the cluster's next one.
@@ -66,7 +66,9 @@ def settle_token_once(state: Any, inventory: Any) -> Path | None:
     """
     memo = run_memo(state, "cluster_token")
     if "path" not in memo:
-        memo["path"] = _settle(inventory)
+        with run_lock(state, "cluster_token"):  # one read of the head's token, not one per host
+            if "path" not in memo:
+                memo["path"] = _settle(inventory)
     return memo["path"]
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from pyinfra.api import FactBase
 
-from deploy.memo import run_memo
+from deploy.memo import run_lock, run_memo
 
 
 def fact(host: Any, cls: type[FactBase], *args: Any) -> Any:
@@ -22,7 +22,9 @@ def fact(host: Any, cls: type[FactBase], *args: Any) -> Any:
     memo = run_memo(host.state, "facts")
     key = (host.name, cls, args)
     if key not in memo:
-        memo[key] = host.get_fact(cls, *args)
+        with run_lock(host.state, ("fact", key)):  # one read; the other hosts' loads wait for it
+            if key not in memo:
+                memo[key] = host.get_fact(cls, *args)
     return memo[key]
 
 

@@ -186,7 +186,8 @@ def wait_for_image() -> None:
     jobs = _pulls(host.state)
     head = image_mirror.mirror_host()
     timeout_s = settings["ray_image_pull_timeout_s"]
-    copying = head is not None and "copy" in jobs.get(head.name, "")
+    # From the facts, not from what the head's load noted: every host's load runs at once, in any order.
+    copying = head is not None and image_mirror.mirrored(head) and image_mirror.copy_needed(needs_pull)
     if copying and host.name == head.name:
         server.shell(name="Wait for the head's mirror to hold the image", commands=[wait_command("copied", timeout_s)])
     job = jobs.get(host.name, "")

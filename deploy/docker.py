@@ -155,8 +155,7 @@ def distro_packages() -> tuple[str, ...]:
     """The current host's engine packages (and the image mirror's, on its head) when they come from the
     distribution's own repositories: the base step installs them with its own (``deploy.base.base``)."""
     packages, from_repo = engine_packages(platform(), host_settings(host)["docker_source"])
-    mirror = image_mirror.mirror_host()
-    if mirror is not None and host.name == mirror.name and platform().family == "apt":
+    if image_mirror.runs_mirror(host) and platform().family == "apt":
         packages = (*packages, *image_mirror.PACKAGES)
     return () if from_repo else packages
 
@@ -170,7 +169,7 @@ def docker() -> None:
     if from_repo:
         _docker_repository(plat, settings["docker_repo_url"])
     mirror = image_mirror.mirror_host()
-    if mirror is not None and host.name == mirror.name:
+    if image_mirror.runs_mirror(host):
         image_mirror.check_mirror_host(plat.family)
         packages = (*packages, *image_mirror.PACKAGES)  # one package transaction for both
     install_packages(packages, "Install the Docker engine")

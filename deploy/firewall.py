@@ -547,10 +547,9 @@ def host_ruleset(
 def _mirror_port(current_host: Any) -> int | None:
     """The image mirror's port on the head that runs it (``image_mirror = "head"``), when the members
     do not reach every port anyway (``firewall_members_all_ports``); else None."""
-    head = image_mirror.mirror_host()
-    if head is None or head.name != current_host.name or host_settings(head)["firewall_members_all_ports"]:
+    if not image_mirror.runs_mirror(current_host) or host_settings(current_host)["firewall_members_all_ports"]:
         return None
-    return int(host_settings(head)["image_mirror_port"])
+    return int(host_settings(current_host)["image_mirror_port"])
 
 
 def needs_load(loaded: Mapping[str, Any] | None, ruleset: str) -> bool:

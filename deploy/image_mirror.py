@@ -111,6 +111,12 @@ def mirror_host() -> Any | None:
     return head if host_settings(head)["image_mirror"] == HEAD else None
 
 
+def runs_mirror(h: Any) -> bool:
+    """Whether ``h`` is the head that runs the cluster's mirror (``image_mirror = "head"``)."""
+    head = mirror_host()
+    return head is not None and head.name == h.name
+
+
 def mirror_address(head: Any) -> str:
     """host:port of the head's mirror on the cluster's network (an IPv6 address in brackets)."""
     address = node_address(head)
@@ -164,8 +170,7 @@ def mirror_service() -> None:
 
     Its packages come with Docker's (``deploy.docker``), in the same package transaction.
     """
-    head = mirror_host()
-    if head is None or host.name != head.name:
+    if not runs_mirror(host):
         return
     port = host_settings(host)["image_mirror_port"]
     config = files.put(

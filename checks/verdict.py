@@ -64,6 +64,7 @@ class Reason:
     host: str | None = None
     device: str | None = None
     flag: str | None = None
+    source: str | None = None  # where the threshold comes from (a datasheet, the peers' median, NVIDIA's docs)
 
     def __str__(self) -> str:
         return f"{self.level}: {self.message}"

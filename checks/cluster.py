@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import preflight, shared_storage
+from . import gpu_health, preflight, shared_storage
 from . import report as report_mod
 from . import verdict as verdict_mod
 from .node import Node
@@ -104,6 +104,9 @@ def run_checks(
             probe = preflight.parse_probe(lines)
             preflights[node.name] = {"gpus": dict(node_gpus), **probe}
             reasons += preflight.preflight_reasons(node.name, node_settings, node_gpus, probe)
+            if int(node_gpus.get("pci_count") or 0) > 0:
+                preflights[node.name]["gpu_health"], found = gpu_health.check_node(node, node_gpus)
+                reasons += found
             detected = preflight.detected_gpus(node_gpus)
         else:
             reasons.append(Reason(WARN, "preflight skipped (not part of this run)", host=node.name))

@@ -38,7 +38,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import maths, specs
+from . import gpu_health, maths, specs
 
 PASS, WARN, FAIL, INFO = "PASS", "WARN", "FAIL", "INFO"
 
@@ -372,4 +372,5 @@ def evaluate(
     _check_peers(measured, outlier_fraction, reasons)
     _check_allreduce(report, reasons)
     _check_sweep_test(report, reasons)
+    reasons += gpu_health.report_findings(report)  # --local's host probe; clock event reasons under the matmul
     return Verdict(reasons)

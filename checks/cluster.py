@@ -5,7 +5,8 @@ Four parts, one verdict:
 1. preflight on every node (:mod:`checks.preflight`): the GPUs the driver sees
    against ``ray_num_gpus``, the same GPUs inside the ray-node container, the
    Ray version inside the container against ``ray_version``, the container's
-   shared-memory size, and nvidia-fabricmanager active on NVSwitch systems;
+   shared-memory size, nvidia-fabricmanager active on NVSwitch systems, and on nodes with GPUs
+   what the host's tools say about each (:mod:`checks.gpu_health`);
 2. cluster state from inside the head container (:mod:`checks.cluster_state`):
    every inventory host is an alive Ray node, and the cluster's CPU, GPU and
    custom-resource totals equal the declarations;

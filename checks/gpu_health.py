@@ -95,7 +95,7 @@ def probe_command(gpus: Mapping[str, Any]) -> str:
 
     + gpus: the node's GPU facts (:mod:`checks.preflight`); ``pci_count`` decides the NVLink sections
 
-    >>> probe_command({"pci_count": 8, "nvswitches": 4, "driver": None})[-4:]
+    >>> probe_command({"pci_count": 8, "nvswitches": 4, "driver": None})[-3:]
     '_ 8'
     """
     return f"sh -c {shlex.quote(PROBE_SCRIPT)} _ {int(gpus.get('pci_count') or 0)}"

@@ -22,6 +22,9 @@ Rules (thresholds are arguments; in host data they are
   an all-reduce or smoke test that found no free resources, or nothing
   measured because everything was busy, WARNs too: a busy cluster is not a
   broken one.
+- what the host probes read about each GPU (:mod:`checks.gpu_health`: PCIe link, clock event
+  reasons at idle and under the matmul, ECC and remapped rows, NVLink, Xid errors, DCGM),
+  each reason with the ``source`` of its threshold.
 
 Example::
 

@@ -9,6 +9,8 @@ On the operator's machine:
 - :mod:`checks.cluster`: the whole run across the nodes, and the commands the head runs;
 - :mod:`checks.quick`: the quick checks (alive nodes, their resources, one Ray version) in one command;
 - :mod:`checks.preflight`: each node's GPUs and container, the cluster state against the inventory;
+- :mod:`checks.gpu_health`: each GPU's health from the host's tools (nvidia-smi, NVLink, Xid errors,
+  DCGM), parsed by :mod:`checks.nvidia_text`;
 - :mod:`checks.shared_storage`: which node has which shared mount, and the round trip's reasons;
 - :mod:`checks.verdict`: PASS / WARN / FAIL with reasons, slow hosts named;
 - :mod:`checks.report`: terminal tables, the JSON report, a bus-bandwidth plot, the saved reports.
@@ -21,6 +23,7 @@ In the head's ray-node container (``python -m``), from the copy of this package 
 - :mod:`checks.benchmark`: the benchmark's command line, on one machine (``--local``, torch
   only) or across the Ray cluster (``--cluster``: :mod:`checks.cluster_bench`,
   :mod:`checks.allreduce`), with :mod:`checks.kernels` (torch measurements),
+  :mod:`checks.throttle` (clock event reasons under load),
   :mod:`checks.maths` (nccl-tests formulas, outliers), :mod:`checks.specs` (datasheets) and
   :mod:`checks.progress` (progress lines, versions).
 

@@ -34,8 +34,24 @@ Report schema (JSON, ``"schema": "rayrig.checks.benchmark/1"``)::
     sweep_test   null (local) | {"tasks", "completed", "failures": [...], "per_node": {"host (ip)": count},
                    "expected_nodes", "missing_nodes", "use_gpu", "resources_per_task", "elapsed_s"}
     timing       {"devices_s", "allreduce_s", "sweep_test_s", "total_s"}
-    verdict      {"status", "slow_hosts", "reasons": [{"level", "message", "host"?, "device"?, "flag"?}],
-                  "thresholds": {...}}
+    gpu_health?  (--local, where nvidia-smi is; the full checks keep it in "preflight"[host]["gpu_health"])
+                 {host: {"gpus": [{"index", "bus_id", "model",
+                                   "pcie": {"gen", "gen_max", "width", "width_max"},
+                                   "reasons_title", "idle_reasons": [...], "utilization_pct",
+                                   "temp_c", "slowdown_c", "shutdown_c", "tlimit_c", "power_w", "power_limit_w",
+                                   "ecc_volatile_uncorrectable", "ecc_aggregate_uncorrectable",
+                                   "retired_pages_pending", "remapped_rows_pending", "remapping_failed",
+                                   "remapped_rows_uncorrectable",
+                                   "nvlink"? {"links": {n: GB/s | null}, "errors": {n: {counter: n}}}}],
+                         "xids": [{"gpu", "bus", "code", "count", "last"}],
+                         "dcgm": null | {"tests": [{"category", "name", "status", "detail"}], "metadata"}
+                                 | {"error"},
+                         "nvswitches", "tools": {"nvidia-smi", "kernel_log", "dcgmi"}}}
+                 (checks.gpu_health); each GPU device entry may carry
+                 "throttle_under_load" {"reasons", "samples", "counts", "via", "error"?}:
+                 the clock event reasons sampled during the sustained matmul
+    verdict      {"status", "slow_hosts", "reasons": [{"level", "message", "host"?, "device"?, "flag"?,
+                  "source"?}], "thresholds": {...}}
 
 Exit status: 0 PASS or WARN, 1 FAIL, 2 usage error.
 
@@ -52,7 +68,7 @@ import sys
 import time
 from typing import Any
 
-from . import REPORT_SCHEMA, report, specs, verdict
+from . import REPORT_SCHEMA, gpu_health, report, specs, verdict
 from .cluster_bench import DEFAULT_SWEEP_TASKS, connect, run_cluster
 from .progress import log, phase, versions
 
@@ -66,6 +82,9 @@ def run_local(quick: bool = False) -> dict[str, Any]:
     with phase("devices", timing):
         result = kernels.run_local(quick=quick)
     specs.annotate(result["devices"])
+    health = gpu_health.probe_local(result["nodes"][0]["host"], sum(d["kind"] == "gpu" for d in result["devices"]))
+    if health is not None:  # nvidia-smi is here: what it, the kernel log and DCGM say (judged in the verdict)
+        result["gpu_health"] = health
     result["versions"] = versions()
     result["timing"] = {**timing, "total_s": round(time.perf_counter() - t0, 3)}
     return result

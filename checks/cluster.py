@@ -5,7 +5,8 @@ Four parts, one verdict:
 1. preflight on every node (:mod:`checks.preflight`): the GPUs the driver sees
    against ``ray_num_gpus``, the same GPUs inside the ray-node container, the
    Ray version inside the container against ``ray_version``, the container's
-   shared-memory size, and nvidia-fabricmanager active on NVSwitch systems;
+   shared-memory size, nvidia-fabricmanager active on NVSwitch systems, and on nodes with GPUs
+   what the host's tools say about each (:mod:`checks.gpu_health`);
 2. cluster state from inside the head container (:mod:`checks.cluster_state`):
    every inventory host is an alive Ray node, and the cluster's CPU, GPU and
    custom-resource totals equal the declarations;
@@ -47,7 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import preflight, shared_storage
+from . import gpu_health, preflight, shared_storage
 from . import report as report_mod
 from . import verdict as verdict_mod
 from .node import Node
@@ -104,6 +105,9 @@ def run_checks(
             probe = preflight.parse_probe(lines)
             preflights[node.name] = {"gpus": dict(node_gpus), **probe}
             reasons += preflight.preflight_reasons(node.name, node_settings, node_gpus, probe)
+            if int(node_gpus.get("pci_count") or 0) > 0:
+                preflights[node.name]["gpu_health"], found = gpu_health.check_node(node, node_gpus)
+                reasons += found
             detected = preflight.detected_gpus(node_gpus)
         else:
             reasons.append(Reason(WARN, "preflight skipped (not part of this run)", host=node.name))

@@ -17,6 +17,7 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import socket
@@ -28,7 +29,7 @@ from typing import Any
 
 import torch
 
-from . import REPORT_SCHEMA
+from . import REPORT_SCHEMA, throttle
 
 MiB = 2**20
 GiB = 2**30
@@ -105,6 +106,17 @@ def _time_sustained(fn: Callable[[], object], dev: torch.device, seconds: float)
     return times[len(times) // 2 :]
 
 
+def _throttle_sampler(dev: torch.device) -> throttle.ThrottleSampler | None:
+    """A sampler of this GPU's clock event reasons during the sustained matmul (None on the CPU)."""
+    if dev.type != "cuda":
+        return None
+    try:
+        uuid = getattr(torch.cuda.get_device_properties(dev), "uuid", None)
+        return throttle.ThrottleSampler(throttle.nvml_id(dev.index or 0, str(uuid) if uuid else None))
+    except Exception:  # noqa: BLE001 - sampling is a bonus: the matmul runs without it
+        return None
+
+
 def _summary(times: list[float]) -> dict[str, float]:
     return {
         "median_s": statistics.median(times),
@@ -154,9 +166,13 @@ def matmul_tflops(
         **stats,
     }
     if sustain_s > 0:
-        sustained = _time_sustained(step, dev, sustain_s)
+        sampler = _throttle_sampler(dev)
+        with sampler or contextlib.nullcontext():
+            sustained = _time_sustained(step, dev, sustain_s)
         result["sustained_tflops"] = flops / statistics.median(sustained) / 1e12
         result["sustained_s"] = sustain_s
+        if sampler is not None:
+            result["throttle_under_load"] = sampler.result()
     if dev.type == "cpu":
         result["threads"] = torch.get_num_threads()
     return result
@@ -329,6 +345,8 @@ def measure_device(device: str | torch.device, quick: bool = False) -> dict[str,
         finally:
             if kind == "cuda":
                 torch.cuda.empty_cache()
+    if isinstance(entry["matmul"], dict) and "throttle_under_load" in entry["matmul"]:
+        entry["throttle_under_load"] = entry["matmul"].pop("throttle_under_load")
     entry["model"] = entry["info"].get("model") or "unknown"
     entry["elapsed_s"] = round(time.perf_counter() - started, 3)
     return entry

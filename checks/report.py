@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from . import gpu_health
 from .verdict import Reason, Verdict, spec_fractions
 
 PLOT_INSTALL_HINT = "matplotlib is not installed: install it with `pip install rayrig[plot]` to get the plot"
@@ -89,6 +90,12 @@ def render_devices(report: dict[str, Any], verdict: Verdict | None = None) -> st
             ]
         )
     return format_table(headers, rows, right=(3, 4, 5, 6, 7))
+
+
+def render_gpu_health(report: dict[str, Any]) -> str:
+    """One row per GPU the host probes read (:mod:`checks.gpu_health`); "" when there are none."""
+    rows = gpu_health.table_rows(report)
+    return "GPU health\n" + format_table(gpu_health.TABLE_HEADERS, rows, right=(1,)) if rows else ""
 
 
 def render_allreduce(report: dict[str, Any]) -> str:
@@ -212,6 +219,7 @@ def render(report: dict[str, Any], verdict: Verdict | None = None) -> str:
         parts = [render_nodes(report)]
     else:
         parts = [render_devices(report, verdict)]
+        parts += [text for text in [render_gpu_health(report)] if text]
         if report.get("mode") == "cluster" or report.get("allreduce"):
             parts.append(render_allreduce(report))
         if report.get("mode") == "cluster" or report.get("sweep_test"):

@@ -22,6 +22,9 @@ Rules (thresholds are arguments; in host data they are
   an all-reduce or smoke test that found no free resources, or nothing
   measured because everything was busy, WARNs too: a busy cluster is not a
   broken one.
+- what the host probes read about each GPU (:mod:`checks.gpu_health`: PCIe link, clock event
+  reasons at idle and under the matmul, ECC and remapped rows, NVLink, Xid errors, DCGM),
+  each reason with the ``source`` of its threshold.
 
 Example::
 
@@ -38,7 +41,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import maths, specs
+from . import gpu_health, maths, specs
 
 PASS, WARN, FAIL, INFO = "PASS", "WARN", "FAIL", "INFO"
 
@@ -64,6 +67,7 @@ class Reason:
     host: str | None = None
     device: str | None = None
     flag: str | None = None
+    source: str | None = None  # where the threshold comes from (a datasheet, the peers' median, NVIDIA's docs)
 
     def __str__(self) -> str:
         return f"{self.level}: {self.message}"
@@ -371,4 +375,5 @@ def evaluate(
     _check_peers(measured, outlier_fraction, reasons)
     _check_allreduce(report, reasons)
     _check_sweep_test(report, reasons)
+    reasons += gpu_health.report_findings(report)  # --local's host probe; clock event reasons under the matmul
     return Verdict(reasons)

@@ -161,7 +161,8 @@ class FakeNode:
     @staticmethod
     def kind(command: str) -> str:
         for word, kind in (("checks.cluster_state", "cluster_state"), ("checks.storage_probe", "storage"),
-                           ("checks.benchmark", "benchmark"), ("tar -xzf", "install"), ("sh -c", "probe"),
+                           ("checks.benchmark", "benchmark"), ("tar -xzf", "install"),
+                           ("NVRM: Xid", "gpu_health"), ("sh -c", "probe"),
                            ("mktemp", "workdir"), ("rm -rf", "cleanup")):  # fmt: skip
             if word in command:
                 return kind

@@ -69,6 +69,59 @@ def test_measure_device_records_a_failing_kernel(monkeypatch: pytest.MonkeyPatch
     assert entry["kind"] == "cpu" and entry["device"] == "cpu" and entry["model"]
 
 
+def test_the_clock_event_reasons_sampled_under_the_sustained_matmul_go_in_the_device_entry(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    class Sampler:
+        entered = 0
+
+        def __enter__(self) -> Sampler:
+            Sampler.entered += 1
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            pass
+
+        def result(self) -> dict:
+            return {"reasons": ["sw_power_cap"], "samples": 3, "counts": {"sw_power_cap": 3}, "via": "nvml"}
+
+    assert kernels._throttle_sampler(torch.device("cpu")) is None  # the CPU has no clock event reasons
+    monkeypatch.setattr(kernels, "_throttle_sampler", lambda dev: Sampler())
+    monkeypatch.setitem(kernels.MATMUL_N_QUICK, "cpu", 64)
+    monkeypatch.setitem(kernels.COPY_BYTES_QUICK, "cpu", 2**20)
+    result = kernels.matmul_tflops("cpu", n=64, iters=2, sustain_s=0.05)
+    assert result["throttle_under_load"]["samples"] == 3 and Sampler.entered == 1
+    entry = kernels.measure_device("cpu", quick=True)  # the CPU sustains nothing: no sampler
+    assert "throttle_under_load" not in entry and "throttle_under_load" not in entry["matmul"]
+    monkeypatch.setattr(
+        kernels,
+        "matmul_tflops",
+        lambda *a, **k: {"tflops": 1.0, "throttle_under_load": result["throttle_under_load"]},
+    )
+    entry = kernels.measure_device("cpu", quick=True)
+    assert (
+        entry["throttle_under_load"]["counts"] == {"sw_power_cap": 3} and "throttle_under_load" not in entry["matmul"]
+    )
+
+
+def test_local_benchmark_reads_gpu_health_where_nvidia_smi_is(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fixture = (REPO / "tests/unit/fixtures/gpu_health/thermal_h100.txt").read_text()
+    query = tmp_path / "q.txt"
+    query.write_text(fixture.split("==> nvidia-smi -q\n")[1].split("==> xid")[0])
+    tool = tmp_path / "nvidia-smi"
+    tool.write_text(f'#!/bin/sh\n[ "$1" = -q ] && exec cat {query}\nexit 1\n')
+    tool.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+    monkeypatch.setitem(kernels.MATMUL_N_QUICK, "cpu", 64)
+    monkeypatch.setitem(kernels.COPY_BYTES_QUICK, "cpu", 2**20)
+    result = benchmark.run_local(quick=True)
+    (host,) = result["gpu_health"]
+    assert result["gpu_health"][host]["gpus"][0]["temp_c"] == 91
+    judged = benchmark.verdict.evaluate(result)
+    assert any(r.level == "FAIL" and r.device == "gpu 0" and "HW thermal slowdown" in r.message for r in judged.reasons)
+    assert "GPU health" in benchmark.report.render(result, judged)
+
+
 def test_run_local_on_the_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(kernels.MATMUL_N_QUICK, "cpu", 64)
     monkeypatch.setitem(kernels.COPY_BYTES_QUICK, "cpu", 2**20)

@@ -41,11 +41,9 @@ import subprocess
 from collections.abc import Mapping
 from typing import Any
 
-# The module, not its names: verdict calls load_findings, so each imports the other, and only
-# attributes read at call time work whichever of the two is imported first.
-from . import verdict
 from .node import Node
 from .nvidia_text import gpu_facts, parse_dcgm, parse_nvlink, parse_xids, query_tree
+from .reasons import FAIL, INFO, WARN, Reason, host_label
 
 MARK = "==> "
 SMI_Q = "nvidia-smi -q"
@@ -101,7 +99,7 @@ def probe_command(gpus: Mapping[str, Any]) -> str:
     return f"sh -c {shlex.quote(PROBE_SCRIPT)} _ {int(gpus.get('pci_count') or 0)}"
 
 
-def check_node(node: Node, gpus: Mapping[str, Any]) -> tuple[dict[str, Any], list[verdict.Reason]]:
+def check_node(node: Node, gpus: Mapping[str, Any]) -> tuple[dict[str, Any], list[Reason]]:
     """Run the probe on ``node`` (whose GPU facts are ``gpus``); what it found and the reasons."""
     _ok, lines = node.run(probe_command(gpus))
     health = parse("\n".join(lines), nvswitches=int(gpus.get("nvswitches") or 0))
@@ -208,24 +206,24 @@ def _where(gpu: Mapping[str, Any]) -> str:
     return f"gpu {gpu['index']} ({gpu.get('model') or 'unknown model'}, bus {gpu.get('bus_id') or '?'})"
 
 
-def _reason(level: str, message: str, host: str, gpu: Mapping[str, Any] | None, source: str) -> verdict.Reason:
+def _reason(level: str, message: str, host: str, gpu: Mapping[str, Any] | None, source: str) -> Reason:
     device = f"gpu {gpu['index']}" if gpu is not None else None
-    return verdict.Reason(level, message, host=host, device=device, source=source)
+    return Reason(level, message, host=host, device=device, source=source)
 
 
-def _pcie(host: str, gpu: Mapping[str, Any], reasons: list[verdict.Reason]) -> bool:
+def _pcie(host: str, gpu: Mapping[str, Any], reasons: list[Reason]) -> bool:
     """Width below the maximum: FAIL (datacenter GPUs do not narrow the link to save power: a link
     trained narrower is a seating, riser or slot fault). Generation below the maximum is how an
     idle GPU saves power: only under load is it a finding (WARN). Returns whether gen is low at idle."""
     pcie = gpu["pcie"]
     width, width_max, gen, gen_max = pcie["width"], pcie["width_max"], pcie["gen"], pcie["gen_max"]
     if width and width_max and width < width_max:
-        reasons.append(_reason(verdict.FAIL, f"{_where(gpu)}: PCIe link x{width}, below its maximum x{width_max}",
+        reasons.append(_reason(FAIL, f"{_where(gpu)}: PCIe link x{width}, below its maximum x{width_max}",
                                host, gpu, SOURCE_LINK))  # fmt: skip
     if gen and gen_max and gen < gen_max:
         busy = "gpu_idle" not in gpu["idle_reasons"] and (gpu.get("utilization_pct") or 0) > 10
         if busy:
-            reasons.append(_reason(verdict.WARN, f"{_where(gpu)}: PCIe gen {gen} under load "
+            reasons.append(_reason(WARN, f"{_where(gpu)}: PCIe gen {gen} under load "
                                    f"({gpu['utilization_pct']}% busy), below its maximum gen {gen_max}",
                                    host, gpu, SOURCE_LINK))  # fmt: skip
         return not busy
@@ -243,16 +241,16 @@ IDLE_REASONS = {
 }
 
 
-def findings(host: str, health: Mapping[str, Any]) -> list[verdict.Reason]:
+def findings(host: str, health: Mapping[str, Any]) -> list[Reason]:
     """What one host's :func:`parse` found, as reasons naming the host and GPU (``device="gpu N"``,
     nvidia-smi's index); each says where its threshold comes from (``source``)."""
-    reasons: list[verdict.Reason] = []
+    reasons: list[Reason] = []
     tools = health.get("tools") or {}
     gpus = health.get("gpus") or []
     if not gpus:
         status = tools.get("nvidia-smi", "not run")
         why = "nvidia-smi is not installed" if status == "missing" else f"nvidia-smi -q: {status}"
-        reasons.append(verdict.Reason(verdict.INFO, f"GPU health not read: {why}", host=host))
+        reasons.append(Reason(INFO, f"GPU health not read: {why}", host=host))
     low_gen = []
     for gpu in gpus:
         if _pcie(host, gpu, reasons):
@@ -262,50 +260,50 @@ def findings(host: str, health: Mapping[str, Any]) -> list[verdict.Reason]:
             active.discard("hw_slowdown")  # the umbrella of the two: the specific one says more
         for name, (severe, text) in IDLE_REASONS.items():
             if name in active:
-                level = verdict.FAIL if severe else verdict.WARN
+                level = FAIL if severe else WARN
                 reasons.append(_reason(level, f"{_where(gpu)}: {text}", host, gpu, SOURCE_REASONS))
         temp, slowdown, tlimit = gpu.get("temp_c"), gpu.get("slowdown_c"), gpu.get("tlimit_c")
         if temp is not None and slowdown is not None and temp >= slowdown:
-            reasons.append(_reason(verdict.WARN, f"{_where(gpu)}: {temp} C, at or above its slowdown temperature "
+            reasons.append(_reason(WARN, f"{_where(gpu)}: {temp} C, at or above its slowdown temperature "
                                    f"{slowdown} C", host, gpu, SOURCE_TEMP))  # fmt: skip
         elif tlimit is not None and tlimit <= 0:
-            reasons.append(_reason(verdict.WARN, f"{_where(gpu)}: {-tlimit} C past its slowdown limit "
+            reasons.append(_reason(WARN, f"{_where(gpu)}: {-tlimit} C past its slowdown limit "
                                    "(nvidia-smi -q 'GPU T.Limit Temp')", host, gpu, SOURCE_TEMP))  # fmt: skip
         if gpu.get("ecc_volatile_uncorrectable"):
-            reasons.append(_reason(verdict.FAIL, f"{_where(gpu)}: {gpu['ecc_volatile_uncorrectable']} uncorrectable "
+            reasons.append(_reason(FAIL, f"{_where(gpu)}: {gpu['ecc_volatile_uncorrectable']} uncorrectable "
                                    "ECC errors since the driver loaded", host, gpu, SOURCE_ECC))  # fmt: skip
         if gpu.get("remapping_failed"):
-            reasons.append(_reason(verdict.FAIL, f"{_where(gpu)}: row remapping failed (the GPU has no spare "
+            reasons.append(_reason(FAIL, f"{_where(gpu)}: row remapping failed (the GPU has no spare "
                                    "rows left: replace it)", host, gpu, SOURCE_ECC))  # fmt: skip
         if gpu.get("remapped_rows_pending"):
-            reasons.append(_reason(verdict.WARN, f"{_where(gpu)}: remapped rows pending: reset the GPU "
+            reasons.append(_reason(WARN, f"{_where(gpu)}: remapped rows pending: reset the GPU "
                                    "(or reboot) to apply them", host, gpu, SOURCE_ECC))  # fmt: skip
         if gpu.get("retired_pages_pending"):
-            reasons.append(_reason(verdict.WARN, f"{_where(gpu)}: retired pages pending: reset the GPU "
+            reasons.append(_reason(WARN, f"{_where(gpu)}: retired pages pending: reset the GPU "
                                    "(or reboot) to apply them", host, gpu, SOURCE_ECC))  # fmt: skip
         _nvlink(host, gpu, int(health.get("nvswitches") or 0), reasons)
     if low_gen:
         names = ", ".join(f"gpu {g['index']} gen {g['pcie']['gen']}/{g['pcie']['gen_max']}" for g in low_gen)
-        reasons.append(verdict.Reason(verdict.INFO, f"PCIe generation below the maximum at idle ({names}): "
+        reasons.append(Reason(INFO, f"PCIe generation below the maximum at idle ({names}): "
                                       "GPUs lower it to save power; the h2d copy measures the link under load",
                                       host=host, source=SOURCE_LINK))  # fmt: skip
     by_index = {g["index"]: g for g in gpus}
     for xid in health.get("xids") or []:
         gpu = by_index.get(xid["gpu"])
-        level = verdict.FAIL if xid["code"] in XID_FAIL else verdict.WARN
+        level = FAIL if xid["code"] in XID_FAIL else WARN
         meaning = XID_MEANINGS.get(xid["code"], "see NVIDIA's XID catalogue")
         where = _where(gpu) if gpu else f"GPU at PCI {xid['bus']}"
         times = f" x{xid['count']}" if xid["count"] > 1 else ""
         reasons.append(_reason(level, f"{where}: Xid {xid['code']}{times} since boot: {meaning}",
                                host, gpu, SOURCE_XID))  # fmt: skip
     if gpus and tools.get("kernel_log") == "unreadable":
-        reasons.append(verdict.Reason(verdict.INFO, "kernel log unreadable (not root, no passwordless sudo): "
+        reasons.append(Reason(INFO, "kernel log unreadable (not root, no passwordless sudo): "
                                       "XID errors not read", host=host))  # fmt: skip
     reasons += _dcgm(host, health.get("dcgm"), tools.get("dcgmi"), bool(gpus))
     return reasons
 
 
-def _nvlink(host: str, gpu: Mapping[str, Any], nvswitches: int, reasons: list[verdict.Reason]) -> None:
+def _nvlink(host: str, gpu: Mapping[str, Any], nvswitches: int, reasons: list[Reason]) -> None:
     """A link down among active ones, or any down on an NVSwitch system: FAIL. All down without an
     NVSwitch is a PCIe card without its bridge: INFO. Error counters above zero: WARN."""
     nvlink = gpu.get("nvlink") or {}
@@ -313,10 +311,10 @@ def _nvlink(host: str, gpu: Mapping[str, Any], nvswitches: int, reasons: list[ve
     down = sorted(int(n) for n, speed in links.items() if speed is None)
     if down and (len(down) < len(links) or nvswitches):
         active = f"{len(links) - len(down)} of {len(links)} active"
-        reasons.append(_reason(verdict.FAIL, f"{_where(gpu)}: NVLink {_numbers(down)} inactive ({active})",
+        reasons.append(_reason(FAIL, f"{_where(gpu)}: NVLink {_numbers(down)} inactive ({active})",
                                host, gpu, SOURCE_NVLINK))  # fmt: skip
     elif down:
-        reasons.append(_reason(verdict.INFO, f"{_where(gpu)}: no active NVLink (no bridge or NVSwitch)",
+        reasons.append(_reason(INFO, f"{_where(gpu)}: no active NVLink (no bridge or NVSwitch)",
                                host, gpu, SOURCE_NVLINK))  # fmt: skip
     counted = []
     for link, counters in sorted((nvlink.get("errors") or {}).items(), key=lambda item: int(item[0])):
@@ -324,7 +322,7 @@ def _nvlink(host: str, gpu: Mapping[str, Any], nvswitches: int, reasons: list[ve
         if nonzero:
             counted.append(f"link {link}: {', '.join(nonzero)}")
     if counted:
-        reasons.append(_reason(verdict.WARN, f"{_where(gpu)}: NVLink errors: {'; '.join(counted)}",
+        reasons.append(_reason(WARN, f"{_where(gpu)}: NVLink errors: {'; '.join(counted)}",
                                host, gpu, SOURCE_NVLINK))  # fmt: skip
 
 
@@ -332,26 +330,26 @@ def _numbers(values: list[int]) -> str:
     return ", ".join(str(v) for v in values)
 
 
-def _dcgm(host: str, dcgm: Mapping[str, Any] | None, status: str | None, has_gpus: bool) -> list[verdict.Reason]:
+def _dcgm(host: str, dcgm: Mapping[str, Any] | None, status: str | None, has_gpus: bool) -> list[Reason]:
     if not has_gpus:
         return []
     if status == "missing":
-        return [verdict.Reason(verdict.INFO, "DCGM is not installed (no dcgmi): its diagnostic was not run", host=host)]
+        return [Reason(INFO, "DCGM is not installed (no dcgmi): its diagnostic was not run", host=host)]
     if not dcgm:
         return []
     if dcgm.get("error"):
-        return [verdict.Reason(verdict.INFO, f"DCGM diagnostic could not run: {dcgm['error']}", host=host)]
+        return [Reason(INFO, f"DCGM diagnostic could not run: {dcgm['error']}", host=host)]
     reasons = []
     for test in dcgm.get("tests") or []:
-        level = {"Fail": verdict.FAIL, "Warn": verdict.WARN}.get(test["status"])
+        level = {"Fail": FAIL, "Warn": WARN}.get(test["status"])
         if level:
             detail = f": {test['detail']}" if test["detail"] else ""
-            verb = "failed" if level == verdict.FAIL else "warned"
-            reasons.append(verdict.Reason(level, f"DCGM diagnostic level 1: {test['name']} {verb}{detail}",
+            verb = "failed" if level == FAIL else "warned"
+            reasons.append(Reason(level, f"DCGM diagnostic level 1: {test['name']} {verb}{detail}",
                                           host=host, source=SOURCE_DCGM))  # fmt: skip
     if not reasons:
         passed = sum(1 for t in dcgm.get("tests") or [] if t["status"] == "Pass")
-        reasons.append(verdict.Reason(verdict.INFO, f"DCGM diagnostic level 1: {passed} checks passed",
+        reasons.append(Reason(INFO, f"DCGM diagnostic level 1: {passed} checks passed",
                                       host=host, source=SOURCE_DCGM))  # fmt: skip
     return reasons
 
@@ -368,7 +366,7 @@ LOAD_REASON_LEVELS = {
 }
 
 
-def report_findings(report: Mapping[str, Any]) -> list[verdict.Reason]:
+def report_findings(report: Mapping[str, Any]) -> list[Reason]:
     """The findings of a benchmark report: the host probe's that ``--local`` ran (``"gpu_health"``,
     by host) and the clock event reasons under load of every device entry."""
     reasons = []
@@ -377,7 +375,7 @@ def report_findings(report: Mapping[str, Any]) -> list[verdict.Reason]:
     return reasons + load_findings(report)
 
 
-def load_findings(report: Mapping[str, Any]) -> list[verdict.Reason]:
+def load_findings(report: Mapping[str, Any]) -> list[Reason]:
     """The clock event reasons seen under the sustained matmul, by device entry.
 
     HW slowdown, thermal or power brake in at least half the samples: FAIL; in fewer: WARN
@@ -391,20 +389,20 @@ def load_findings(report: Mapping[str, Any]) -> list[verdict.Reason]:
             continue
         host, device, samples = entry.get("host"), entry.get("device"), seen["samples"]
         counts = seen.get("counts") or {}
-        where = f"{verdict.host_label(entry)} {device}"
+        where = f"{host_label(entry)} {device}"
         shown = False
         for name, text in LOAD_REASON_LEVELS.items():
             count = counts.get(name, 0)
             if not count or (name == "hw_slowdown" and shown):
                 continue
             shown = True
-            level = verdict.WARN
+            level = WARN
             if name != "sw_thermal_slowdown" and 2 * count >= samples:
-                level = verdict.FAIL
-            reasons.append(verdict.Reason(level, f"{where}: {text} in {count} of {samples} samples under load",
+                level = FAIL
+            reasons.append(Reason(level, f"{where}: {text} in {count} of {samples} samples under load",
                                           host, device, FLAG_THROTTLED, SOURCE_LOAD))  # fmt: skip
         if counts.get("sw_power_cap"):
-            reasons.append(verdict.Reason(verdict.INFO, f"{where}: at its power cap in {counts['sw_power_cap']} "
+            reasons.append(Reason(INFO, f"{where}: at its power cap in {counts['sw_power_cap']} "
                                           f"of {samples} samples under load (expected)", host, device,
                                           source=SOURCE_LOAD))  # fmt: skip
     return reasons

@@ -42,8 +42,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import gpu_health, maths, specs
+from .reasons import FAIL, INFO, PASS, WARN, Reason, host_label
 
-PASS, WARN, FAIL, INFO = "PASS", "WARN", "FAIL", "INFO"
+__all__ = ["FAIL", "INFO", "PASS", "WARN", "Reason", "Verdict", "evaluate", "host_label"]
+
 
 DEFAULT_MATMUL_MIN_FRACTION = 0.65
 DEFAULT_MEMBW_MIN_FRACTION = 0.80
@@ -56,25 +58,6 @@ FLAG_LOW_TFLOPS = "LOW-TFLOPS"
 FLAG_LOW_MEMBW = "LOW-MEMBW"
 FLAG_NO_SPEC = "NO-SPEC"
 FLAG_ERROR = "ERROR"
-
-
-@dataclass(frozen=True)
-class Reason:
-    """One finding: its level (FAIL, WARN or INFO), what it says, and where."""
-
-    level: str
-    message: str
-    host: str | None = None
-    device: str | None = None
-    flag: str | None = None
-    source: str | None = None  # where the threshold comes from (a datasheet, the peers' median, NVIDIA's docs)
-
-    def __str__(self) -> str:
-        return f"{self.level}: {self.message}"
-
-    def as_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return {k: v for k, v in self.__dict__.items() if v is not None}
 
 
 @dataclass
@@ -117,13 +100,6 @@ class Verdict:
             "slow_hosts": self.slow_hosts,
             "reasons": [r.as_dict() for r in self.reasons],
         }
-
-
-def host_label(entry: dict[str, Any]) -> str:
-    """The host name, with " (ip)" when the IP is known and differs from it."""
-    host = entry.get("host") or "?"
-    ip = entry.get("ip")
-    return f"{host} ({ip})" if ip and ip != host else host
 
 
 def _value(entry: dict[str, Any], section: str, key: str) -> float | None:

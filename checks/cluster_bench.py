@@ -39,11 +39,13 @@ import contextlib
 import math
 import socket
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import REPORT_SCHEMA, specs, verdict
+from . import REPORT_SCHEMA, deadlines, specs, verdict
 from .allreduce import run_allreduce
+from .deadlines import Budget, PeerClock
 from .progress import describe, log, phase, versions
 
 DEFAULT_SWEEP_TASKS = 64
@@ -218,24 +220,64 @@ def _error_entry(node: dict[str, Any], device: str, kind: str, error: str) -> di
     }
 
 
-def run_devices(nodes: list[dict[str, Any]], quick: bool = False, timeout_s: float = 600) -> list[dict[str, Any]]:
-    """Phase 1: every GPU measured by its own actor (all at once), every GPU-less node by one task (in turn)."""
+def _wait_with_peers(
+    refs: list[Any], clock: PeerClock, started: float, budget: Budget | None
+) -> tuple[dict[Any, float], list[Any]]:
+    """Wait for ``refs`` (measurements that started together at ``started``) until each is done or
+    late by ``clock``; their seconds by ref, and the refs still running at the deadline."""
+    import ray  # lazy: heavy, and absent where --local runs
+
+    done: dict[Any, float] = {}
+    running = list(refs)
+    while running:
+        elapsed = time.monotonic() - started
+        deadline = clock.deadline_s() if budget is None else min(clock.deadline_s(), elapsed + budget.left())
+        if elapsed >= deadline:
+            break
+        ready, running = ray.wait(running, num_returns=1, timeout=min(1.0, deadline - elapsed))
+        for ref in ready:
+            done[ref] = time.monotonic() - started
+            clock.finished(done[ref])
+    return done, running
+
+
+def _stopped_entry(node: dict[str, Any], device: str, kind: str, clock: PeerClock, started: float,
+                   what: str) -> dict[str, Any]:  # fmt: skip
+    """The device entry of a measurement stopped at its deadline: no figures, and why it stopped."""
+    entry = _error_entry(node, device, kind, "")
+    del entry["error"]
+    entry["stopped"] = {**clock.late(time.monotonic() - started), "what": what}
+    log(f"devices: {_node_label(node)} {device}: {deadlines.did_not_finish(entry['stopped'], what)}: stopped")
+    return entry
+
+
+def run_devices(
+    nodes: list[dict[str, Any]],
+    quick: bool = False,
+    timeout_s: float = 600,
+    peer_factor: float = deadlines.DEFAULT_PEER_FACTOR,
+    budget: Budget | None = None,
+) -> list[dict[str, Any]]:
+    """Phase 1: every GPU measured by its own actor (all at once), every GPU-less node by one task.
+
+    A measurement still running when the median one has finished ``peer_factor`` times over (or
+    after ``timeout_s`` when peers cannot judge, or when ``budget`` runs out) is stopped: its
+    entry says so under ``"stopped"``, and :func:`run_cluster` leaves its node out of the later phases.
+    """
     import ray  # lazy: heavy, and absent where --local runs
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     gpu_actor = ray.remote(GpuBench)
     cpu_task = ray.remote(_cpu_bench)
-    pending: list[tuple[Any, dict[str, Any], str, str]] = []  # (ref, node, device, kind)
-    cpu_nodes: list[tuple[Any, dict[str, Any]]] = []  # (task, node), run one at a time
-    actors = []
+    gpus: list[tuple[Any, dict[str, Any], str]] = []  # (actor, node, device)
+    cpu_nodes: list[tuple[Any, dict[str, Any]]] = []  # (task, node)
     entries: list[dict[str, Any]] = []
     for node in nodes:
         pin = NodeAffinitySchedulingStrategy(node_id=node["node_id"], soft=False)
         if node["num_gpus"]:
             for index in range(int(_free(node, "GPU"))):  # the GPUs other jobs hold are left out
                 actor = gpu_actor.options(num_gpus=1, num_cpus=0, scheduling_strategy=pin).remote()
-                actors.append(actor)
-                pending.append((actor.run.remote(quick), node, f"gpu #{index}", "gpu"))
+                gpus.append((actor, node, f"gpu #{index}"))
         elif node["num_cpus"] >= 1:
             if _free(node, "CPU") < 1:
                 continue  # every CPU held by other jobs: left out, and reported
@@ -246,51 +288,87 @@ def run_devices(nodes: list[dict[str, Any]], quick: bool = False, timeout_s: flo
             del entry["error"]
             entry["skipped"] = "the node offers Ray no CPU and no GPU (num_cpus=0), so nothing can run there"
             entries.append(entry)
-    log(f"devices: {len(pending)} GPUs, {len(cpu_nodes)} CPU-only nodes")
-    # GPUs are independent hardware and run at once. CPU-only nodes run one after
-    # another, in CPU_ROUNDS rounds, each node keeping its best round: hosts that
-    # share cores (VMs on one hypervisor, the local lab) would otherwise measure
-    # their contention, and a burst of load elsewhere would single out whichever
-    # node it happened to hit. A node that is really slow is slow in every round.
-    gpu_refs = [p[0] for p in pending]
-    ready: list[Any] = []
-    rounds: dict[str, list[dict[str, Any]]] = {}
-    for _ in range(CPU_ROUNDS if cpu_nodes else 0):
-        for task, node in cpu_nodes:
-            ref = task.remote(quick)
-            if ray.wait([ref], timeout=timeout_s)[0]:
-                with contextlib.suppress(Exception):  # a failed round is just not counted
-                    rounds.setdefault(node["node_id"], []).append(ray.get(ref))
-            else:
-                ray.cancel(ref, force=True)
-    for task, node in cpu_nodes:
-        ref = task.remote(quick)  # the last round, collected below with its errors
-        pending.append((ref, node, "cpu", "cpu"))
-        ready += ray.wait([ref], timeout=timeout_s)[0]
-    if gpu_refs:
-        ready += ray.wait(gpu_refs, num_returns=len(gpu_refs), timeout=timeout_s)[0]
-    ready_set = set(ready)
-    for ref, node, device, kind in pending:
-        if ref not in ready_set:
-            entries.append(_error_entry(node, device, kind, f"no result within {timeout_s:.0f} s (resources busy?)"))
-            if kind == "cpu":
-                ray.cancel(ref, force=True)
-            continue
-        try:
-            entry = ray.get(ref)
-            if kind == "cpu":
-                entry = _best_round([entry, *rounds.get(node["node_id"], [])])
+    log(f"devices: {len(gpus)} GPUs, {len(cpu_nodes)} CPU-only nodes")
+    if gpus:
+        entries += _gpu_round(gpus, quick, timeout_s, peer_factor, budget)
+    if cpu_nodes:
+        entries += _cpu_rounds(cpu_nodes, quick, timeout_s, peer_factor, budget)
+    for entry in entries:
+        if "matmul" in entry:
             log(
                 f"devices: {verdict.host_label(entry)} {entry['device']} {entry.get('model')}: "
                 f"{(entry.get('matmul') or {}).get('tflops', float('nan')):.3g} TFLOPS"
             )
-            entries.append(entry)
-        except Exception as exc:  # noqa: BLE001 - a failed device is reported, not fatal
-            entries.append(_error_entry(node, device, kind, describe(exc)))
-    for actor in actors:
-        ray.kill(actor)
     specs.annotate(entries)
     return entries
+
+
+def _gpu_round(gpus: list[tuple[Any, dict[str, Any], str]], quick: bool, timeout_s: float, peer_factor: float,
+               budget: Budget | None) -> list[dict[str, Any]]:  # fmt: skip
+    """Every GPU at once, each on its own actor; late ones stopped by their peers' clock."""
+    import ray  # lazy: heavy, and absent where --local runs
+
+    started = time.monotonic()
+    refs = [actor.run.remote(quick) for actor, _node, _device in gpus]
+    clock = PeerClock(len(refs), factor=peer_factor, cap_s=timeout_s)
+    done, _late = _wait_with_peers(refs, clock, started, budget)
+    entries = []
+    for ref, (actor, node, device) in zip(refs, gpus, strict=True):
+        if ref not in done:
+            entries.append(_stopped_entry(node, device, "gpu", clock, started, f"the measurement of its {device}"))
+        else:
+            try:
+                entries.append(ray.get(ref))
+            except Exception as exc:  # noqa: BLE001 - a failed device is reported, not fatal
+                entries.append(_error_entry(node, device, "gpu", describe(exc)))
+        ray.kill(actor)
+    return entries
+
+
+def _cpu_rounds(cpu_nodes: list[tuple[Any, dict[str, Any]]], quick: bool, timeout_s: float, peer_factor: float,
+                budget: Budget | None) -> list[dict[str, Any]]:  # fmt: skip
+    """Every GPU-less node measured in 1 + ``CPU_ROUNDS`` rounds, each keeping its best.
+
+    The first round runs on every node at once, judged against the peers: it also starts each
+    node's worker and imports torch there, where a starved node shows at once. The later rounds run
+    one node after another: hosts that share cores (VMs on one hypervisor, the local lab) would
+    otherwise measure their contention, and a burst of load elsewhere would single out whichever
+    node it happened to hit. A node that is really slow is slow in every round.
+    """
+    import ray  # lazy: heavy, and absent where --local runs
+
+    started = time.monotonic()
+    refs = [task.remote(quick) for task, _node in cpu_nodes]
+    clock = PeerClock(len(refs), factor=peer_factor, cap_s=timeout_s)
+    done, _late = _wait_with_peers(refs, clock, started, budget)
+    rounds: dict[str, list[dict[str, Any]]] = {}
+    found: dict[str, dict[str, Any]] = {}  # by node id: a stopped or failed node's entry
+    measured = []
+    for ref, (task, node) in zip(refs, cpu_nodes, strict=True):
+        if ref not in done:
+            ray.cancel(ref, force=True)
+            found[node["node_id"]] = _stopped_entry(node, "cpu", "cpu", clock, started, "its CPU measurement")
+            continue
+        try:
+            rounds[node["node_id"]] = [ray.get(ref)]
+            measured.append((task, node))
+        except Exception as exc:  # noqa: BLE001 - a failed node is reported, not fatal
+            found[node["node_id"]] = _error_entry(node, "cpu", "cpu", describe(exc))
+    # the later rounds: each run bounded by the first round's peers (a warm worker is faster still)
+    for _ in range(CPU_ROUNDS):
+        for task, node in measured:
+            if budget is not None and budget.spent():
+                break
+            ref = task.remote(quick)
+            limit = clock.deadline_s() if budget is None else budget.cap(clock.deadline_s())
+            if ray.wait([ref], timeout=limit)[0]:
+                with contextlib.suppress(Exception):  # a failed later round is just not counted
+                    rounds[node["node_id"]].append(ray.get(ref))
+            else:
+                ray.cancel(ref, force=True)
+    for node_id, tried in rounds.items():
+        found[node_id] = _best_round(tried)
+    return [found[node["node_id"]] for _task, node in cpu_nodes]
 
 
 def _trial(index: int, use_gpu: bool, sleep_s: float) -> dict[str, Any]:
@@ -317,9 +395,18 @@ def run_sweep_test(
     tasks: int = DEFAULT_SWEEP_TASKS,
     sleep_s: float = 0.5,
     timeout_s: float = 300,
+    peer_factor: float = deadlines.DEFAULT_PEER_FACTOR,
+    budget: Budget | None = None,
+    only_these: bool = False,
 ) -> dict[str, Any]:
     """Phase 3: ``tasks`` small SPREAD tasks (at least two per eligible node)
-    that must all finish, on every node that has the resources they need."""
+    that must all finish, on every node that has the resources they need.
+
+    ``only_these``: the cluster has other nodes (left out by an earlier phase) and the tasks must
+    not go there: a label selector on Ray's node ids keeps them on ``nodes``. Tasks still running
+    when the median task has finished ``2 x peer_factor`` times over are stopped (half the tasks
+    finish by the median, so all of them should by twice that), or after ``timeout_s``.
+    """
     import ray  # lazy: heavy, and absent where --local runs
 
     use_gpu = any(n["num_gpus"] > 0 for n in nodes)
@@ -330,22 +417,33 @@ def run_sweep_test(
         what = "GPUs" if use_gpu else "CPUs"
         return {"tasks": 0, "completed": 0, "skipped": f"every node's {what} are held by other jobs"}
     tasks = max(tasks, 2 * len(eligible))
-    trial = ray.remote(_trial).options(**share, max_retries=3, scheduling_strategy="SPREAD")
+    where: dict[str, Any] = {"scheduling_strategy": "SPREAD"}
+    if only_these and eligible:  # ray.io/node-id: the label every Ray node carries
+        where["label_selector"] = {"ray.io/node-id": f"in({','.join(n['node_id'] for n in eligible)})"}
+    trial = ray.remote(_trial).options(**share, max_retries=3, **where)
     log(f"sweep_test: {tasks} tasks with {share}, expected on {len(eligible)} nodes")
     t0 = time.perf_counter()
+    started = time.monotonic()
     refs = [trial.remote(i, use_gpu, sleep_s) for i in range(tasks)]
-    ready, not_ready = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
+    clock = PeerClock(tasks, factor=2 * peer_factor, cap_s=timeout_s)
+    finished, not_ready = _wait_with_peers(refs, clock, started, budget)
     done: list[dict[str, Any]] = []
     failures: list[str] = []
-    for ref in ready:
+    for ref in refs:
+        if ref not in finished:
+            continue
         try:
             done.append(ray.get(ref))
         except Exception as exc:  # noqa: BLE001 - counted as a failed trial
             failures.append(describe(exc))
     for ref in not_ready:
         ray.cancel(ref, force=True)
+    stopped = None
     if not_ready:
-        failures.append(f"{len(not_ready)} tasks did not finish within {timeout_s:.0f} s")
+        stopped = clock.late(time.monotonic() - started)
+        median = stopped["peers_median_s"]
+        then = f"the median task took {median:g} s" if median is not None else "fewer than half finished"
+        failures.append(f"{len(not_ready)} tasks did not finish in {stopped['elapsed_s']:g} s ({then})")
     labels = {n["node_id"]: _node_label(n) for n in nodes}
     per_node: dict[str, int] = {}
     seen = set()
@@ -353,7 +451,7 @@ def run_sweep_test(
         label = labels.get(item["node_id"]) or verdict.host_label(item)
         per_node[label] = per_node.get(label, 0) + 1
         seen.add(item["node_id"])
-    return {
+    result = {
         "tasks": tasks,
         "completed": len(done),
         "failures": failures,
@@ -364,6 +462,9 @@ def run_sweep_test(
         "resources_per_task": share,
         "elapsed_s": round(time.perf_counter() - t0, 3),
     }
+    if stopped:
+        result["stopped"] = stopped
+    return result
 
 
 def rename_hosts(entries: list[dict[str, Any]], aliases: dict[str, str]) -> list[dict[str, Any]]:
@@ -377,6 +478,24 @@ def rename_hosts(entries: list[dict[str, Any]], aliases: dict[str, str]) -> list
     return entries
 
 
+def left_out(devices: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The nodes an earlier phase found unfit for the later ones, by Ray node id: those with a
+    measurement stopped at its deadline (``{"host", "ip", "why"}``)."""
+    found: dict[str, dict[str, Any]] = {}
+    for entry in devices:
+        if entry.get("stopped") and entry.get("node_id") not in found:
+            why = deadlines.did_not_finish(entry["stopped"], entry["stopped"].get("what") or "its measurement")
+            found[entry["node_id"]] = {"host": entry.get("host"), "ip": entry.get("ip"), "why": why}
+    return found
+
+
+def _not_run(budget: Budget | None) -> dict[str, Any] | None:
+    """A phase's result when the run's budget is spent (None while time is left)."""
+    if budget is None or not budget.spent():
+        return None
+    return {"error": f"not run: the checks' budget of {budget.total_s:g} s (checks_timeout_s) ran out"}
+
+
 def run_cluster(
     quick: bool = False,
     allreduce_sizes: list[int] | None = None,
@@ -386,21 +505,30 @@ def run_cluster(
     cpu_workers_per_node: int = 1,
     sweep_tasks: int = DEFAULT_SWEEP_TASKS,
     sweep_sleep_s: float | None = None,
-    timeout_s: int = 600,
+    timeout_s: int = deadlines.DEFAULT_NODE_TIMEOUT_S,
     host_aliases: dict[str, str] | None = None,
     expect_ips: list[str] | None = None,
+    peer_factor: float = deadlines.DEFAULT_PEER_FACTOR,
+    budget: Budget | None = None,
+    on_phase: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
     """All three phases on the connected Ray cluster (call :func:`connect` first).
 
     ``host_aliases`` maps node IPs to the names the operator knows (the
     inventory's), which then name the nodes everywhere in the report.
     ``expect_ips``: wait until exactly these nodes are alive before measuring.
+    ``timeout_s`` caps any one measurement, ``peer_factor`` stops one that its peers have long
+    finished (:mod:`checks.deadlines`), and ``budget`` bounds the whole run: a phase with no time
+    left is not run, and says so. A node whose device measurement was stopped is left out of the
+    all-reduce and the sweep test (``"left_out"``). ``on_phase`` gets the report after each phase
+    (the command line writes it, so a run stopped from outside still leaves what it found).
     """
     started = time.time()
     t0 = time.perf_counter()
     timing: dict[str, float] = {}
     aliases = host_aliases or {}
-    found = wait_for_nodes(expect_ips, timeout_s=min(timeout_s, 180)) if expect_ips else cluster_nodes()
+    settle_s = min(timeout_s, 180) if budget is None else budget.cap(min(timeout_s, 180))
+    found = wait_for_nodes(expect_ips, timeout_s=settle_s) if expect_ips else cluster_nodes()
     nodes = rename_hosts(mark_busy(found), aliases)
     cpu_only = not any(n["num_gpus"] > 0 for n in nodes)
     log(
@@ -419,12 +547,26 @@ def run_cluster(
         "devices": [],
         "allreduce": None,
         "sweep_test": None,
+        "left_out": {},
+        "deadlines": {
+            "node_timeout_s": timeout_s,
+            "peer_factor": peer_factor,
+            "peer_floor_s": deadlines.PEER_FLOOR_S,
+            "budget_s": budget.total_s if budget else None,
+        },  # fmt: skip
     }
+    report = on_phase or (lambda _result: None)
     with phase("devices", timing):
-        result["devices"] = rename_hosts(run_devices(nodes, quick=quick, timeout_s=timeout_s), aliases)
+        devices = run_devices(nodes, quick=quick, timeout_s=timeout_s, peer_factor=peer_factor, budget=budget)
+        result["devices"] = rename_hosts(devices, aliases)
+    result["left_out"] = left_out(result["devices"])
+    usable = [n for n in nodes if n["node_id"] not in result["left_out"]]
+    for gone in result["left_out"].values():
+        log(f"left out of the later phases: {gone['host']}: {gone['why']}")
+    report(result)
     with phase("allreduce", timing):
-        result["allreduce"] = run_allreduce(
-            nodes,
+        result["allreduce"] = _not_run(budget) or run_allreduce(
+            usable,
             sizes=allreduce_sizes,
             quick=quick,
             iters=allreduce_iters,
@@ -432,13 +574,23 @@ def run_cluster(
             timeout_s=timeout_s,
             min_bytes=allreduce_min_bytes,
             max_bytes=allreduce_max_bytes,
+            peer_factor=peer_factor,
+            budget=budget,
         )
+    hung = {rank.get("node_id") for rank in (result["allreduce"].get("hung") or {}).get("ranks", [])
+            if rank.get("state") != "waiting for peers"}  # fmt: skip
+    usable = [n for n in usable if n["node_id"] not in hung]
+    report(result)
     with phase("sweep_test", timing):
-        result["sweep_test"] = run_sweep_test(
-            nodes,
+        result["sweep_test"] = _not_run(budget) or run_sweep_test(
+            usable,
             tasks=sweep_tasks,
             sleep_s=sweep_sleep_s if sweep_sleep_s is not None else (0.2 if quick else 0.5),
             timeout_s=timeout_s,
+            peer_factor=peer_factor,
+            budget=budget,
+            only_these=len(usable) < len(nodes),
         )
     result["timing"] = {**timing, "total_s": round(time.perf_counter() - t0, 3)}
+    report(result)
     return result

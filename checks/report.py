@@ -76,6 +76,8 @@ def render_devices(report: dict[str, Any], verdict: Verdict | None = None) -> st
         flags = verdict.flags(entry.get("host"), entry.get("device")) if verdict else []
         if entry.get("skipped"):
             flags = ["skipped"]
+        elif entry.get("stopped") and "stopped" not in flags:
+            flags.append(f"stopped after {entry['stopped'].get('elapsed_s', 0):g} s")
         rows.append(
             [
                 entry.get("host") or "?",
@@ -205,7 +207,10 @@ def render_verdict(verdict: Verdict) -> str:
     order = {"FAIL": 0, "WARN": 1, "INFO": 2}
     reasons = sorted(verdict.reasons, key=lambda r: order.get(r.level, 3))
     lines = [f"VERDICT: {verdict.status}"]
-    lines += [f"  {r.level:<4}  {_named(r)}" for r in reasons]
+    for r in reasons:
+        lines.append(f"  {r.level:<4}  {_named(r)}")
+        if r.source and r.level in ("FAIL", "WARN"):
+            lines.append(f"        threshold from: {r.source}")
     if verdict.slow_hosts:
         lines.append(f"  SLOW HOSTS: {', '.join(verdict.slow_hosts)}")
     return "\n".join(lines)

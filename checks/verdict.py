@@ -41,7 +41,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import gpu_health, maths, specs
+from . import deadlines, gpu_health, maths, specs
 from .reasons import FAIL, INFO, PASS, WARN, Reason, host_label
 
 __all__ = ["FAIL", "INFO", "PASS", "WARN", "Reason", "Verdict", "evaluate", "host_label"]
@@ -163,6 +163,12 @@ def _check_devices(
         if entry.get("skipped"):
             reasons.append(Reason(INFO, f"{where}: not measured: {entry['skipped']}", host, device))
             continue
+        if entry.get("stopped"):
+            stopped = entry["stopped"]
+            why = deadlines.did_not_finish(stopped, stopped.get("what") or "its measurement")
+            message = f"SLOW NODE {host_label(entry)}: {why}; stopped, and left out of the later phases"
+            reasons.append(Reason(FAIL, message, host, device, FLAG_SLOW, stopped.get("source")))
+            continue
         errors = _errors(entry)
         if errors:
             reasons.append(Reason(FAIL, f"{where}: benchmark failed: {'; '.join(errors)}", host, device, FLAG_ERROR))
@@ -198,6 +204,7 @@ def _check_devices(
                         host,
                         device,
                         FLAG_LOW_TFLOPS,
+                        f"datasheet ({spec.source}) x checks_matmul_min_fraction",
                     )
                 )
             gbps = _value(entry, "copy", "gbps")
@@ -210,6 +217,7 @@ def _check_devices(
                         host,
                         device,
                         FLAG_LOW_MEMBW,
+                        f"datasheet ({spec.source}) x checks_membw_min_fraction",
                     )
                 )
         if _value(entry, "matmul", "tflops") is not None:
@@ -248,6 +256,7 @@ def _check_peers(entries: list[dict[str, Any]], fraction: float, reasons: list[R
                         entry.get("host"),
                         entry.get("device"),
                         flag,
+                        f"the median of {len(values)} {peers} x checks_outlier_fraction",
                     )
                 )
 

@@ -1,9 +1,9 @@
 """The --cluster benchmark against a real, local, single-node Ray (CPU only).
 
 Same code path as on a cluster: the checks package shipped as a py_modules
-runtime environment, a pinned CPU task, Ray Train's TorchTrainer with two gloo
-workers, and a SPREAD burst of fractional tasks. Sizes are small; the whole
-module takes about a minute on two cores, most of it Ray and Ray Train start-up.
+runtime environment, a pinned CPU task, two gloo rank actors sweeping the
+all-reduce one size at a time, and a SPREAD burst of fractional tasks. Sizes are
+small; the whole module takes under a minute on two cores, most of it Ray start-up.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ import pytest
 
 pytest.importorskip("torch")
 ray = pytest.importorskip("ray")
-pytest.importorskip("ray.train.torch")
 
 from checks import allreduce, cluster_bench, maths, report, verdict  # noqa: E402
 

@@ -281,16 +281,41 @@ def _await(actors: list[Any], ranks: list[dict[str, Any]], refs: list[Any], dead
                     "source": source, "ranks": plan.stuck_ranks(ranks, _progress(actors))}  # fmt: skip
             error = "; ".join(message for _, message in plan.hung_summary(hung))
             raise _Stopped({"error": error, "hung": hung})
-        for ref in ready:
-            try:
-                answers[index[ref]] = ray.get(ref)
-            except Exception as exc:  # noqa: BLE001 - the rank is named in the result, judged by the verdict
-                rank = ranks[index[ref]]
-                lost = "was lost" if isinstance(exc, ray.exceptions.RayActorError) else "failed"
-                where = f"at {nbytes} bytes" if nbytes is not None else "while starting"
-                error = f"rank {rank['rank']} on {plan.host_words(rank)} {lost} {where}: {describe(exc)}"
-                raise _Stopped({"error": error, "failed": [rank]}) from exc
+        failed = [(ref, exc) for ref in ready if (exc := _answer(ref, answers, index[ref]))]
+        if failed:
+            raise _Stopped(_failure(ranks, index, failed, pending, nbytes))
     return answers
+
+
+def _answer(ref: Any, answers: list[Any], i: int) -> Exception | None:
+    """Store rank i's answer; return its exception instead when it failed."""
+    import ray  # lazy: heavy, and absent where --local runs
+
+    try:
+        answers[i] = ray.get(ref)
+    except Exception as exc:  # noqa: BLE001 - the rank is named in the result, judged by the verdict
+        return exc
+    return None
+
+
+def _failure(ranks: list[dict[str, Any]], index: dict[Any, int], failed: list[tuple[Any, Exception]],
+             pending: list[Any], nbytes: int | None) -> dict[str, Any]:  # fmt: skip
+    """The result when ranks failed: the ranks whose actor was lost (its node gone) if any, as their
+    peers' collectives then fail too (gloo sees the connection drop), else the ranks that failed."""
+    import ray  # lazy: heavy, and absent where --local runs
+
+    if pending:  # a moment for a lost peer's death to show, so that it is the one named
+        late, _ = ray.wait(pending, num_returns=len(pending), timeout=plan.PROGRESS_TIMEOUT_S)
+        failed += [(ref, exc) for ref in late if (exc := _answer(ref, [None] * len(ranks), index[ref]))]
+    lost = [(ref, exc) for ref, exc in failed if isinstance(exc, ray.exceptions.RayActorError)]
+    where = f"at {nbytes} bytes" if nbytes is not None else "while starting"
+    words = "was lost" if lost else "failed"
+    culprits = sorted(lost or failed, key=lambda item: index[item[0]])
+    error = "; ".join(
+        f"rank {ranks[index[ref]]['rank']} on {plan.host_words(ranks[index[ref]])} {words} {where}: {describe(exc)}"
+        for ref, exc in culprits
+    )
+    return {"error": error, "failed": [ranks[index[ref]] for ref, _ in culprits]}
 
 
 def _progress(actors: list[Any]) -> list[dict[str, Any] | None]:

@@ -375,14 +375,14 @@ def run_allreduce(
         if held[resource]:
             return {**base, "skipped": f"other jobs hold {held[resource]:g} {resource}s: no node has one free"}
         return {**base, "error": "no node can host an all-reduce worker"}
-    wait_s = min(timeout_s, 60)
+    left = budget.left if budget else lambda: None
+    if budget and budget.spent():
+        return {**base, "error": "not started: no time left of checks_timeout_s, the budget of the whole run"}
+    wait_s = round(min(timeout_s, 60, left() or 60))
     free_now = _wait_for_free(resource, workers, timeout_s=wait_s)
     if free_now < workers:  # a busy cluster, not a broken one: reported, never waited for longer
         return {**base, "skipped": f"needs {workers} free {resource}s, only {free_now:g} were free after {wait_s} s: "
                                    f"other jobs hold {workers - free_now:g}"}  # fmt: skip
-    left = budget.left if budget else lambda: None
-    if budget and budget.spent():
-        return {**base, "error": "not started: no time left of checks_timeout_s, the budget of the whole run"}
     log(f"allreduce: {workers} ranks ({backend}), sizes {sizes[0]}..{sizes[-1]} bytes, "
         f"{warmup} warm-up + {iters} timed calls each")  # fmt: skip
     ranks = [{"rank": i, "host": n["host"], "ip": n["ip"], "node_id": n["node_id"]} for i, n in enumerate(placement)]

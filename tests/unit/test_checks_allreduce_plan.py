@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
+from checks import allreduce, verdict
 from checks import allreduce_plan as plan
-from checks import verdict
-from checks.deadlines import BUDGET_SOURCE
+from checks.deadlines import BUDGET_SOURCE, Budget
 
 MiB = 2**20
 
@@ -129,3 +129,11 @@ def test_a_lost_rank_fails_counting_for_its_host() -> None:
     [fail] = [r for r in verdict.evaluate({"mode": "cluster", "allreduce": data}).reasons if "all-reduce" in r.message]
     assert (fail.level, fail.host) == ("FAIL", "gpu-b")
     assert fail.message == "all-reduce test failed: rank 9 on gpu-b (10.0.0.2) was lost ..."
+
+
+def test_no_sweep_starts_when_the_run_budget_is_spent() -> None:
+    pytest.importorskip("ray")
+    nodes = [{"node_id": "n0", "host": "lab-1", "ip": "10.0.0.1", "num_cpus": 4.0, "num_gpus": 0.0}]
+    result = allreduce.run_allreduce(nodes, budget=Budget(0))
+    assert result["error"] == "not started: no time left of checks_timeout_s, the budget of the whole run"
+    assert (result["backend"], result["world_size"], result["sweep"]) == ("gloo", 1, [])

@@ -236,7 +236,11 @@ class AllreduceRank:
         return measure_size(nbytes, warmup, iters, self.device, self._reduce)
 
     def progress(self) -> dict[str, Any]:
-        """The size this rank is at, the all-reduce calls it entered and completed there, and in all."""
+        """The size this rank is at, the all-reduce calls it entered and completed there, and in all.
+
+        With NCCL a call returns once queued on the GPU, so a rank stuck on its GPU shows as having
+        completed calls its peers are still waiting in; the rank that does not answer is exact either way.
+        """
         return {"bytes": self.nbytes, "entered": self.entered, "completed": self.completed,
                 "calls": self.calls, "total": self.total}  # fmt: skip
 
@@ -264,12 +268,12 @@ class _Stopped(Exception):
 
 
 def _await(actors: list[Any], ranks: list[dict[str, Any]], refs: list[Any], deadline_s: float,
-           nbytes: int | None, source: str) -> list[Any]:  # fmt: skip
-    """Every rank's answer to ``refs`` (one per rank), or :class:`_Stopped` once ``deadline_s``
-    passes (naming the ranks that held the step up) or a rank fails (naming it)."""
+           nbytes: int | None, source: str, since: float | None = None) -> list[Any]:  # fmt: skip
+    """Every rank's answer to ``refs`` (one per rank), or :class:`_Stopped` once ``deadline_s`` from
+    ``since`` (default: now) passes, naming the ranks that held the step up, or a rank fails, naming it."""
     import ray  # lazy: heavy, and absent where --local runs
 
-    t0 = time.monotonic()
+    t0 = since if since is not None else time.monotonic()
     index = {ref: i for i, ref in enumerate(refs)}
     answers: list[Any] = [None] * len(refs)
     pending = list(refs)
@@ -399,7 +403,7 @@ def run_allreduce(
         for r in ranks
     ]  # fmt: skip
     try:
-        infos = _await(actors, ranks, [a.info.remote() for a in actors], setup_deadline, None, setup_source)
+        infos = _await(actors, ranks, [a.info.remote() for a in actors], setup_deadline, None, setup_source, t0)
         for rank, info in zip(ranks, infos, strict=True):
             rank.update(pid=info["pid"], device=f"cuda:{info['gpu_ids'][0]}" if use_gpu else "cpu")
         shared = plan.visible_devices([(r["node_id"], i["gpu_ids"][0]) for r, i in zip(ranks, infos, strict=True)]
@@ -407,7 +411,7 @@ def run_allreduce(
         init = f"tcp://{infos[0]['ip']}:{infos[0]['port']}"
         refs = [a.setup.remote(i, workers, backend, init, *(shared[i] if use_gpu else (None, 0)), timeout_s)
                 for i, a in enumerate(actors)]  # fmt: skip
-        _await(actors, ranks, refs, setup_deadline - (time.monotonic() - t0), None, setup_source)
+        _await(actors, ranks, refs, setup_deadline, None, setup_source, since=t0)
         basis = deadlines["setup_s"] = round(time.monotonic() - t0, 2)
         for n, nbytes in enumerate(sizes):
             deadline, source = plan.size_deadline(basis, n == 0, peer_factor, timeout_s, left(), floor_s=plan.FLOOR_S)
@@ -423,6 +427,8 @@ def run_allreduce(
                 on_row(rows[-1], ranks)
     except _Stopped as stopped:
         return {**sweep_result(backend, ranks, rows), "deadlines": deadlines, **stopped.result}
+    except Exception as exc:  # noqa: BLE001 - Ray itself failing: reported and judged by the verdict
+        return {**sweep_result(backend, ranks, rows), "deadlines": deadlines, "error": describe(exc)}
     finally:
         for actor in actors:  # never waited on: a frozen node's actor goes when its node does
             ray.kill(actor, no_restart=True)

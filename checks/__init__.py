@@ -22,7 +22,7 @@ In the head's ray-node container (``python -m``), from the copy of this package 
 - :mod:`checks.storage_probe`: the shared-storage round trip through Ray tasks;
 - :mod:`checks.benchmark`: the benchmark's command line, on one machine (``--local``, torch
   only) or across the Ray cluster (``--cluster``: :mod:`checks.cluster_bench`,
-  :mod:`checks.allreduce`), with :mod:`checks.kernels` (torch measurements),
+  :mod:`checks.allreduce`, :mod:`checks.allreduce_plan`), with :mod:`checks.kernels` (torch measurements),
   :mod:`checks.throttle` (clock event reasons under load),
   :mod:`checks.maths` (nccl-tests formulas, outliers), :mod:`checks.specs` (datasheets) and
   :mod:`checks.progress` (progress lines, versions).

@@ -1,50 +1,51 @@
-"""The all-reduce phase of the ``--cluster`` benchmark: a message-size sweep through Ray Train.
+"""The all-reduce phase of the ``--cluster`` benchmark: a message-size sweep with a deadline on every step.
 
-:func:`run_allreduce` runs Ray Train's TorchTrainer over every GPU (NCCL), or
-over one worker per node on CPU-only clusters (gloo, STRICT_SPREAD); each worker
-runs :func:`allreduce_loop`, which times ``dist.all_reduce`` at every size
-(:func:`allreduce_sweep`), checks the reduced values and computes the nccl-tests
-algbw/busbw (:mod:`checks.maths`). The workers import this module from the
-``checks`` package Ray ships to them (:func:`checks.cluster_bench.connect`).
+:func:`run_allreduce` starts one rank actor (:class:`AllreduceRank`) per free GPU (NCCL), or
+``cpu_workers_per_node`` per node on CPU-only clusters (gloo), each pinned to its node; they
+join one torch.distributed process group, as Ray Train's TorchTrainer does underneath (rank 0's
+IP and a free port, ``init_process_group(init_method="tcp://ip:port")``; on GPUs each rank sees
+all the GPUs the ranks of its node hold, :func:`checks.allreduce_plan.visible_devices`). The
+driver then runs the sweep one size at a time on every rank (:func:`measure_size`: the reduced
+values checked, the slowest rank's time, the nccl-tests algbw/busbw of :mod:`checks.maths`).
+The rank actors import this module from the ``checks`` package Ray ships to them
+(:func:`checks.cluster_bench.connect`). Only the nodes passed in take part: a node an earlier
+phase found too slow is simply left out of the list.
+
+Deadlines (:mod:`checks.allreduce_plan`; the numbers used are in the result's ``deadlines``):
+
+- setup (starting the actors, importing torch, joining the process group): the cap ``timeout_s``;
+- the first size: ``peer_factor`` x the setup's seconds, at least ``FLOOR_S`` (30 s);
+- each later size: ``peer_factor`` x twice the previous size's seconds (the message doubles), at
+  least ``FLOOR_S``; never more than the cap;
+- every step: never more than what is left of the run's ``budget``.
+
+A hung collective blocks every rank, the healthy ones waiting for the stuck ones; so once a
+deadline passes, every rank is asked how far it got (:meth:`AllreduceRank.progress`, answered
+from a second thread while the collective blocks the first). A rank that does not answer (its
+node frozen) or that is furthest behind is named; the others were "waiting for peers". Every
+rank actor is then killed, without waiting on any, and the result says which ranks held it up
+(``hung``). A rank whose actor dies (its node lost) is named in the ``error`` and ``failed``.
 
 Example::
 
-    result = run_allreduce(cluster_nodes(), sizes=size_sweep(MiB, 64 * MiB), iters=5)
+    result = run_allreduce(cluster_nodes(), sizes=size_sweep(MiB, 64 * MiB), iters=5, budget=Budget(900))
 """
 
 from __future__ import annotations
 
-import contextlib
-import shutil
+import os
 import socket
-import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
+from . import allreduce_plan as plan
 from . import maths
+from .deadlines import DEFAULT_PEER_FACTOR, Budget
 from .progress import describe, log
 
 MiB = 2**20
 GiB = 2**30
-
-
-
-@contextlib.contextmanager
-def private_storage() -> Iterator[str]:
-    """A fresh directory of the driver's own (0700, a name nobody can guess) for one run's Ray Train
-    storage, removed afterwards, failed or not.
-
-    Ray Train writes there only from its controller, which runs on the driver's node (the
-    head): the run's marker and checkpoint bookkeeping. The all-reduce reports no checkpoint,
-    so no worker writes to it; a fixed path such as /tmp/rayrig-train could be made first,
-    and owned, by anyone on the head.
-    """
-    path = tempfile.mkdtemp(prefix="rayrig-train.")
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 def size_sweep(min_bytes: int, max_bytes: int) -> list[int]:
@@ -74,73 +75,75 @@ def default_allreduce_sizes(
     return size_sweep(min_bytes or MiB, max_bytes)
 
 
-def allreduce_sweep(
-    sizes: list[int],
-    warmup: int,
-    iters: int,
-    device: Any,
-    on_row: Callable[[dict[str, Any]], None] | None = None,
-) -> dict[str, Any]:
-    """Time ``dist.all_reduce`` over ``sizes`` in the current process group.
+def calls_per_size(warmup: int, iters: int) -> int:
+    """All-reduce calls one size makes: the value check, ``warmup``, the line-up, ``iters``, the time and the count."""
+    return warmup + iters + 4
 
-    torch.distributed only (the process group must be initialised): Ray Train
-    runs it in :func:`allreduce_loop`, a test can run it in a one-rank group.
-    Each rank fills its float32 buffer with ``rank + 1``; after one
-    all-reduce every element must equal ``n(n+1)/2``. The timed calls run on a
-    zeroed buffer (values stay finite), and the time of a size is the slowest
-    rank's mean time per call. ``on_row`` is called on every rank after each
-    size.
+
+def measure_size(
+    nbytes: int, warmup: int, iters: int, device: Any, reduce: Callable[..., None] | None = None
+) -> dict[str, Any]:
+    """One size of the sweep on this rank, as a row (every rank returns the same row).
+
+    Each rank fills its float32 buffer with ``rank + 1``; after one all-reduce every element must
+    equal ``n(n+1)/2``. The timed calls run on a zeroed buffer (values stay finite), and the time
+    is the slowest rank's mean time per call. ``reduce(tensor, op=None)`` makes each all-reduce
+    (the rank actors count them); by default ``dist.all_reduce``.
     """
     import torch  # lazy: heavy, and present only where it runs
     import torch.distributed as dist
 
+    def all_reduce(tensor: Any, op: Any = None) -> None:
+        dist.all_reduce(tensor, op=op if op is not None else dist.ReduceOp.SUM)
+
+    reduce = reduce or all_reduce
     rank, world = dist.get_rank(), dist.get_world_size()
 
     def sync() -> None:
         if device.type == "cuda":
             torch.cuda.synchronize(device)
 
-    ranks: list[Any] = [None] * world
-    dist.all_gather_object(ranks, {"rank": rank, "host": socket.gethostname(), "device": str(device)})
     expected = world * (world + 1) / 2
-    rows, problems = [], []
-    for nbytes in sizes:
-        numel = max(1, nbytes // 4)
-        buf = torch.full((numel,), float(rank + 1), dtype=torch.float32, device=device)
-        dist.all_reduce(buf)
-        wrong = (buf != expected).sum().to(torch.float64).reshape(1)
-        buf.zero_()
-        for _ in range(warmup):
-            dist.all_reduce(buf)
-        sync()
-        dist.all_reduce(torch.zeros(1, device=device))  # line the ranks up before timing
-        sync()
-        t0 = time.perf_counter()
-        for _ in range(iters):
-            dist.all_reduce(buf)
-        sync()
-        seconds = torch.tensor([(time.perf_counter() - t0) / iters], dtype=torch.float64, device=device)
-        dist.all_reduce(seconds, op=dist.ReduceOp.MAX)
-        dist.all_reduce(wrong)
-        t, bad = float(seconds.item()), int(wrong.item())
-        size = numel * 4
-        row = {
-            "bytes": size,
-            "time_s": t,
-            "algbw_gbps": maths.algbw(size, t),
-            "busbw_gbps": maths.busbw(size, t, "all_reduce", world),
-            "values_ok": bad == 0,
-            "wrong_values": bad,
-            "iters": iters,
-        }
-        if bad:
-            problems.append(f"{bad} of {numel * world} elements differ from {expected:g} at {size} bytes")
-        rows.append(row)
-        if on_row:
-            on_row(row)
-        del buf
+    numel = max(1, nbytes // 4)
+    buf = torch.full((numel,), float(rank + 1), dtype=torch.float32, device=device)
+    reduce(buf)
+    wrong = (buf != expected).sum().to(torch.float64).reshape(1)
+    buf.zero_()
+    for _ in range(warmup):
+        reduce(buf)
+    sync()
+    reduce(torch.zeros(1, device=device))  # line the ranks up before timing
+    sync()
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        reduce(buf)
+    sync()
+    seconds = torch.tensor([(time.perf_counter() - t0) / iters], dtype=torch.float64, device=device)
+    reduce(seconds, op=dist.ReduceOp.MAX)
+    reduce(wrong)
+    t, bad, size = float(seconds.item()), int(wrong.item()), numel * 4
     return {
-        "backend": str(dist.get_backend()),
+        "bytes": size,
+        "time_s": t,
+        "algbw_gbps": maths.algbw(size, t),
+        "busbw_gbps": maths.busbw(size, t, "all_reduce", world),
+        "values_ok": bad == 0,
+        "wrong_values": bad,
+        "iters": iters,
+    }
+
+
+def sweep_result(backend: str, ranks: list[dict[str, Any]], rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The phase's result from its rows: backend, ranks, the sweep and the value check over all sizes."""
+    world = len(ranks)
+    expected = world * (world + 1) / 2
+    problems = [
+        f"{r['wrong_values']} of {r['bytes'] // 4 * world} elements differ from {expected:g} at {r['bytes']} bytes"
+        for r in rows
+        if r["wrong_values"]
+    ]
+    return {
+        "backend": backend,
         "world_size": world,
         "ranks": ranks,
         "sweep": rows,
@@ -152,34 +155,94 @@ def allreduce_sweep(
     }
 
 
-def allreduce_loop(config: dict[str, Any]) -> dict[str, Any]:
-    """Ray Train worker loop around :func:`allreduce_sweep`.
+def allreduce_sweep(
+    sizes: list[int],
+    warmup: int,
+    iters: int,
+    device: Any,
+    on_row: Callable[[dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
+    """Every size of the sweep in the current process group, in one go (no deadlines).
 
-    Every rank calls ``ray.train.report`` after each size (Ray Train needs all
-    ranks to report equally often); rank 0's last report and its return value
-    carry the whole table.
+    torch.distributed only (the process group must be initialised): a test can run it in a
+    one-rank group, and ``--local`` on a machine's own GPUs. ``on_row`` is called after each size.
     """
-    import ray.train  # lazy: heavy, and absent where --local runs
-    import torch
+    import torch.distributed as dist  # lazy: heavy, and present only where it runs
 
-    if config["use_gpu"]:
-        from ray.train.torch import get_device
+    ranks: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(ranks, {"rank": dist.get_rank(), "host": socket.gethostname(), "device": str(device)})
+    rows = []
+    for nbytes in sizes:
+        rows.append(measure_size(nbytes, warmup, iters, device))
+        if on_row:
+            on_row(rows[-1])
+    return sweep_result(str(dist.get_backend()), ranks, rows)
 
-        device = get_device()
-    else:
-        device = torch.device("cpu")
-    result = allreduce_sweep(
-        config["sizes"],
-        config["warmup"],
-        config["iters"],
-        device,
-        on_row=lambda row: ray.train.report(
-            {"bytes": row["bytes"], "busbw_gbps": row["busbw_gbps"], "values_ok": row["values_ok"]}
-        ),
-    )
-    rank = ray.train.get_context().get_world_rank()
-    ray.train.report({"allreduce": result} if rank == 0 else {"rank": rank})
-    return result
+
+class AllreduceRank:
+    """One rank of the sweep, in its own Ray actor; threaded (``max_concurrency=2``) so that
+    :meth:`progress` answers while :meth:`run_size` is blocked in a collective."""
+
+    def __init__(self) -> None:
+        self.device: Any = None
+        self.nbytes: int | None = None
+        self.calls = self.entered = self.completed = self.total = 0
+
+    def info(self) -> dict[str, Any]:
+        """Where this rank runs (pid included: a test freezes it), its GPU ids, and a free port here."""
+        import ray  # lazy: heavy, and absent where --local runs
+
+        with socket.socket() as sock:  # bind to port 0: the OS picks a free one, as Ray Train does
+            sock.bind(("", 0))
+            port = sock.getsockname()[1]
+        return {
+            "pid": os.getpid(),
+            "ip": ray.util.get_node_ip_address(),
+            "gpu_ids": [int(g) for g in ray.get_gpu_ids()],
+            "port": port,
+        }
+
+    def setup(self, rank: int, world: int, backend: str, init_method: str, visible: str | None,
+              local_index: int, timeout_s: float) -> None:  # fmt: skip
+        """Join the process group; on GPUs, see ``visible`` (set before CUDA starts) and use GPU ``local_index``."""
+        if visible is not None:
+            os.environ["CUDA_VISIBLE_DEVICES"] = visible
+        import datetime  # lazy, with torch: only the actors need them
+
+        import torch
+        import torch.distributed as dist
+
+        self.device = torch.device(f"cuda:{local_index}" if backend == "nccl" else "cpu")
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)
+        timeout = datetime.timedelta(seconds=timeout_s)
+        dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world, timeout=timeout)
+
+    def _reduce(self, tensor: Any, op: Any = None) -> None:
+        import torch.distributed as dist  # lazy: imported by setup already
+
+        self.entered += 1
+        self.total += 1
+        dist.all_reduce(tensor, op=op if op is not None else dist.ReduceOp.SUM)
+        self.completed += 1
+
+    def run_size(self, nbytes: int, warmup: int, iters: int) -> dict[str, Any]:
+        """One size of the sweep (every rank at once)."""
+        import torch  # lazy: imported by setup already
+
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)  # the current device is per thread
+        self.nbytes, self.calls, self.entered, self.completed = nbytes, calls_per_size(warmup, iters), 0, 0
+        return measure_size(nbytes, warmup, iters, self.device, self._reduce)
+
+    def progress(self) -> dict[str, Any]:
+        """The size this rank is at, the all-reduce calls it entered and completed there, and in all.
+
+        With NCCL a call returns once queued on the GPU, so a rank stuck on its GPU shows as having
+        completed calls its peers are still waiting in; the rank that does not answer is exact either way.
+        """
+        return {"bytes": self.nbytes, "entered": self.entered, "completed": self.completed,
+                "calls": self.calls, "total": self.total}  # fmt: skip
 
 
 def _wait_for_free(resource: str, amount: float, timeout_s: float) -> float:
@@ -196,6 +259,91 @@ def _wait_for_free(resource: str, amount: float, timeout_s: float) -> float:
         time.sleep(0.5)
 
 
+class _Stopped(Exception):
+    """A step of the sweep did not complete: ``result`` says why (``hung`` or ``failed``)."""
+
+    def __init__(self, result: dict[str, Any]) -> None:
+        super().__init__(result.get("error"))
+        self.result = result
+
+
+def _await(actors: list[Any], ranks: list[dict[str, Any]], refs: list[Any], deadline_s: float,
+           nbytes: int | None, source: str, since: float | None = None) -> list[Any]:  # fmt: skip
+    """Every rank's answer to ``refs`` (one per rank), or :class:`_Stopped` once ``deadline_s`` from
+    ``since`` (default: now) passes, naming the ranks that held the step up, or a rank fails, naming it."""
+    import ray  # lazy: heavy, and absent where --local runs
+
+    t0 = since if since is not None else time.monotonic()
+    index = {ref: i for i, ref in enumerate(refs)}
+    answers: list[Any] = [None] * len(refs)
+    pending = list(refs)
+    while pending:
+        ready, pending = ray.wait(pending, num_returns=1, timeout=max(0.0, deadline_s - (time.monotonic() - t0)))
+        if not ready:
+            waited = time.monotonic() - t0
+            hung = {"bytes": nbytes, "deadline_s": round(deadline_s, 1), "waited_s": round(waited, 1),
+                    "source": source, "ranks": plan.stuck_ranks(ranks, _progress(actors))}  # fmt: skip
+            error = "; ".join(message for _, message in plan.hung_summary(hung))
+            raise _Stopped({"error": error, "hung": hung})
+        failed = [(ref, exc) for ref in ready if (exc := _answer(ref, answers, index[ref]))]
+        if failed:
+            raise _Stopped(_failure(ranks, index, failed, pending, nbytes))
+    return answers
+
+
+def _answer(ref: Any, answers: list[Any], i: int) -> Exception | None:
+    """Store rank i's answer; return its exception instead when it failed."""
+    import ray  # lazy: heavy, and absent where --local runs
+
+    try:
+        answers[i] = ray.get(ref)
+    except Exception as exc:  # noqa: BLE001 - the rank is named in the result, judged by the verdict
+        return exc
+    return None
+
+
+def _failure(ranks: list[dict[str, Any]], index: dict[Any, int], failed: list[tuple[Any, Exception]],
+             pending: list[Any], nbytes: int | None) -> dict[str, Any]:  # fmt: skip
+    """The result when ranks failed: the ranks whose actor was lost (its node gone) if any, as their
+    peers' collectives then fail too (gloo sees the connection drop), else the ranks that failed."""
+    import ray  # lazy: heavy, and absent where --local runs
+
+    if pending:  # a moment for a lost peer's death to show, so that it is the one named
+        late, _ = ray.wait(pending, num_returns=len(pending), timeout=plan.PROGRESS_TIMEOUT_S)
+        failed += [(ref, exc) for ref in late if (exc := _answer(ref, [None] * len(ranks), index[ref]))]
+    lost = [(ref, exc) for ref, exc in failed if isinstance(exc, ray.exceptions.RayActorError)]
+    where = f"at {nbytes} bytes" if nbytes is not None else "while starting"
+    words = "was lost" if lost else "failed"
+    culprits = sorted(lost or failed, key=lambda item: index[item[0]])
+    error = "; ".join(
+        f"rank {ranks[index[ref]]['rank']} on {plan.host_words(ranks[index[ref]])} {words} {where}: {describe(exc)}"
+        for ref, exc in culprits
+    )
+    return {"error": error, "failed": [ranks[index[ref]] for ref, _ in culprits]}
+
+
+def _progress(actors: list[Any]) -> list[dict[str, Any] | None]:
+    """Each rank's progress, or None for a rank that does not answer within PROGRESS_TIMEOUT_S."""
+    import ray  # lazy: heavy, and absent where --local runs
+
+    refs = [actor.progress.remote() for actor in actors]
+    ready, _ = ray.wait(refs, num_returns=len(refs), timeout=plan.PROGRESS_TIMEOUT_S)
+    answers: list[dict[str, Any] | None] = []
+    for ref in refs:
+        try:
+            answers.append(ray.get(ref) if ref in ready else None)
+        except Exception:  # noqa: BLE001 - a dead rank answers nothing
+            answers.append(None)
+    return answers
+
+
+def _placement(nodes: list[dict[str, Any]], use_gpu: bool, per_node: int) -> list[dict[str, Any]]:
+    """The node of each rank, in rank order: one per free GPU, or ``per_node`` per node with that many free CPUs."""
+    if use_gpu:  # over the GPUs no other job holds (``busy_gpus``, :func:`checks.cluster_bench.mark_busy`)
+        return [n for n in nodes for _ in range(int(n["num_gpus"] - n.get("busy_gpus", 0)))]
+    return [n for n in nodes if n["num_cpus"] - n.get("busy_cpus", 0.0) >= per_node for _ in range(per_node)]
+
+
 def run_allreduce(
     nodes: list[dict[str, Any]],
     sizes: list[int] | None = None,
@@ -206,56 +354,83 @@ def run_allreduce(
     timeout_s: int = 600,
     min_bytes: int | None = None,
     max_bytes: int | None = None,
+    peer_factor: float = DEFAULT_PEER_FACTOR,
+    budget: Budget | None = None,
+    on_row: Callable[[dict[str, Any], list[dict[str, Any]]], None] | None = None,
 ) -> dict[str, Any]:
-    """Phase 2: the all-reduce sweep over every GPU (NCCL), or over
-    ``cpu_workers_per_node`` workers on each node of a CPU-only cluster (gloo)."""
-    # lazy: Ray Train is heavy and present only where the cluster run happens
-    from ray.train import RunConfig, ScalingConfig
-    from ray.train.torch import TorchConfig, TorchTrainer
+    """Phase 2: the all-reduce sweep over every free GPU (NCCL), or over ``cpu_workers_per_node``
+    ranks on each node of a CPU-only cluster (gloo), of ``nodes`` only.
+
+    ``timeout_s`` caps every step, ``budget`` bounds them all (see the module's docstring);
+    ``on_row(row, ranks)`` is called on the driver after each size.
+    """
+    import ray  # lazy: heavy, and absent where --local runs
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     use_gpu = any(n["num_gpus"] > 0 for n in nodes)
     held = {"GPU": sum(n.get("busy_gpus", 0) for n in nodes), "CPU": sum(n.get("busy_cpus", 0.0) for n in nodes)}
-    if use_gpu:  # over the GPUs no other job holds (``busy_gpus``, :func:`checks.cluster_bench.mark_busy`)
-        workers, strategy = int(sum(n["num_gpus"] - n.get("busy_gpus", 0) for n in nodes)), "PACK"
-    else:
-        free = [n["num_cpus"] - n.get("busy_cpus", 0.0) for n in nodes]
-        workers = sum(cpu_workers_per_node for cpus in free if cpus >= cpu_workers_per_node)
-        strategy = "STRICT_SPREAD" if cpu_workers_per_node == 1 else "SPREAD"
+    placement = _placement(nodes, use_gpu, cpu_workers_per_node)
+    workers, backend, resource = len(placement), "nccl" if use_gpu else "gloo", "GPU" if use_gpu else "CPU"
     sizes = sizes or default_allreduce_sizes(use_gpu, quick, min_bytes, max_bytes)
     warmup = warmup if warmup is not None else (2 if quick else 5)
     iters = iters if iters is not None else (5 if quick else 20)
-    base = {"backend": "nccl" if use_gpu else "gloo", "world_size": workers, "sweep": []}
-    resource = "GPU" if use_gpu else "CPU"
+    base = {"backend": backend, "world_size": workers, "sweep": []}
     if workers < 1:
         if held[resource]:
             return {**base, "skipped": f"other jobs hold {held[resource]:g} {resource}s: no node has one free"}
         return {**base, "error": "no node can host an all-reduce worker"}
-    wait_s = min(timeout_s, 60)
+    left = budget.left if budget else lambda: None
+    if budget and budget.spent():
+        return {**base, "error": "not started: no time left of checks_timeout_s, the budget of the whole run"}
+    wait_s = round(min(timeout_s, 60, left() or 60))
     free_now = _wait_for_free(resource, workers, timeout_s=wait_s)
     if free_now < workers:  # a busy cluster, not a broken one: reported, never waited for longer
         return {**base, "skipped": f"needs {workers} free {resource}s, only {free_now:g} were free after {wait_s} s: "
                                    f"other jobs hold {workers - free_now:g}"}  # fmt: skip
-    log(
-        f"allreduce: {workers} workers ({base['backend']}), sizes {sizes[0]}..{sizes[-1]} bytes, "
-        f"{warmup} warm-up + {iters} timed calls each"
-    )
-    with private_storage() as storage:
-        trainer = TorchTrainer(
-            allreduce_loop,
-            train_loop_config={"sizes": sizes, "warmup": warmup, "iters": iters, "use_gpu": use_gpu},
-            torch_config=TorchConfig(timeout_s=timeout_s),
-            scaling_config=ScalingConfig(num_workers=workers, use_gpu=use_gpu, placement_strategy=strategy),
-            run_config=RunConfig(name=f"rayrig-allreduce-{int(time.time())}", storage_path=storage),
-        )
-        try:
-            result = trainer.fit()
-        except Exception as exc:  # noqa: BLE001 - reported and judged by the verdict
-            return {**base, "error": describe(exc)}
-    # Ray Train v2 keeps only metrics reported with a checkpoint in result.metrics;
-    # the loop's return value (rank 0) carries the table there, result.metrics on v1.
-    data = getattr(result, "return_value", None) or (result.metrics or {}).get("allreduce")
-    if getattr(result, "error", None) and not data:
-        return {**base, "error": describe(result.error)}
-    if not data:
-        return {**base, "error": "the training run finished without reporting the all-reduce table"}
-    return data
+    log(f"allreduce: {workers} ranks ({backend}), sizes {sizes[0]}..{sizes[-1]} bytes, "
+        f"{warmup} warm-up + {iters} timed calls each")  # fmt: skip
+    ranks = [{"rank": i, "host": n["host"], "ip": n["ip"], "node_id": n["node_id"]} for i, n in enumerate(placement)]
+    setup_deadline, setup_source = plan.setup_deadline(timeout_s, left())
+    deadlines: dict[str, Any] = {"peer_factor": peer_factor, "floor_s": plan.FLOOR_S, "cap_s": timeout_s,
+                                 "setup_deadline_s": round(setup_deadline, 1), "sizes": []}  # fmt: skip
+    rows: list[dict[str, Any]] = []
+    rank_actor = ray.remote(AllreduceRank)
+    resources = {"num_gpus": 1, "num_cpus": 0} if use_gpu else {"num_cpus": 1}
+    t0 = time.monotonic()
+    actors = [
+        rank_actor.options(**resources, max_concurrency=2, max_restarts=0,
+                           scheduling_strategy=NodeAffinitySchedulingStrategy(r["node_id"], soft=False)).remote()
+        for r in ranks
+    ]  # fmt: skip
+    try:
+        infos = _await(actors, ranks, [a.info.remote() for a in actors], setup_deadline, None, setup_source, t0)
+        for rank, info in zip(ranks, infos, strict=True):
+            rank.update(pid=info["pid"], device=f"cuda:{info['gpu_ids'][0]}" if use_gpu else "cpu")
+        shared = plan.visible_devices([(r["node_id"], i["gpu_ids"][0]) for r, i in zip(ranks, infos, strict=True)]
+                                      if use_gpu else [])  # fmt: skip
+        init = f"tcp://{infos[0]['ip']}:{infos[0]['port']}"
+        refs = [a.setup.remote(i, workers, backend, init, *(shared[i] if use_gpu else (None, 0)), timeout_s)
+                for i, a in enumerate(actors)]  # fmt: skip
+        _await(actors, ranks, refs, setup_deadline, None, setup_source, since=t0)
+        basis = deadlines["setup_s"] = round(time.monotonic() - t0, 2)
+        for n, nbytes in enumerate(sizes):
+            deadline, source = plan.size_deadline(basis, n == 0, peer_factor, timeout_s, left(), floor_s=plan.FLOOR_S)
+            started = time.monotonic()
+            answers = _await(actors, ranks, [a.run_size.remote(nbytes, warmup, iters) for a in actors],
+                             deadline, nbytes, source)  # fmt: skip
+            basis = time.monotonic() - started
+            deadlines["sizes"].append({"bytes": nbytes, "took_s": round(basis, 2), "deadline_s": round(deadline, 1),
+                                       "source": source})  # fmt: skip
+            rows.append(answers[0])
+            log(f"allreduce: {nbytes} bytes in {basis:.1f} s (deadline {deadline:.0f} s)")
+            if on_row:
+                on_row(rows[-1], ranks)
+    except _Stopped as stopped:
+        return {**sweep_result(backend, ranks, rows), "deadlines": deadlines, **stopped.result}
+    except Exception as exc:  # noqa: BLE001 - Ray itself failing: reported and judged by the verdict
+        return {**sweep_result(backend, ranks, rows), "deadlines": deadlines, "error": describe(exc)}
+    finally:
+        for actor in actors:  # never waited on: a frozen node's actor goes when its node does
+            ray.kill(actor, no_restart=True)
+    _wait_for_free(resource, workers, timeout_s=min(10, wait_s))  # the next phase needs them back
+    return {**sweep_result(backend, ranks, rows), "deadlines": deadlines}

@@ -27,10 +27,17 @@ Report schema (JSON, ``"schema": "rayrig.checks.benchmark/1"``)::
                    "copy"   {"gbps", "nbytes", "median_s", ...},
                    "h2d"    {"gbps" | null, "skipped"?},
                    "error"? / "skipped"? , "elapsed_s"}]
-    allreduce    null (local) | {"backend", "world_size", "ranks": [{"rank", "host", "device"}],
+    allreduce    null (local) | {"backend", "world_size",
+                   "ranks": [{"rank", "host", "ip", "node_id", "pid", "device"}],
                    "sweep": [{"bytes", "time_s", "algbw_gbps", "busbw_gbps", "values_ok",
-                              "wrong_values", "iters"}],
-                   "value_check": {"ok", "expected", "detail"}, "error"?}
+                              "wrong_values", "iters"}] (the sizes that finished),
+                   "value_check": {"ok", "expected", "detail"},
+                   "deadlines": {"peer_factor", "floor_s", "cap_s", "setup_deadline_s", "setup_s",
+                                 "sizes": [{"bytes", "took_s", "deadline_s", "source"}]},
+                   "error"?, "skipped"?, "failed"? [rank entries whose actor failed or was lost],
+                   "hung"? {"bytes" (null: setup), "deadline_s", "waited_s", "source",
+                            "ranks": [{"rank", "host", "ip", "node_id", "state": "no answer" |
+                                       "behind: entered k of n calls" | "waiting for peers"}]}}
     sweep_test   null (local) | {"tasks", "completed", "failures": [...], "per_node": {"host (ip)": count},
                    "expected_nodes", "missing_nodes", "use_gpu", "resources_per_task", "elapsed_s"}
     timing       {"devices_s", "allreduce_s", "sweep_test_s", "total_s"}

@@ -9,10 +9,10 @@ and ends:
    measured exactly once, all at the same time) running the kernels; on nodes
    without GPUs one task per node, holding all its CPUs, runs the fp32 matmul
    and the memory copy;
-2. all-reduce (:mod:`checks.allreduce`): Ray Train's TorchTrainer over every GPU
-   (NCCL), or over one worker per node on CPU-only clusters (gloo, STRICT_SPREAD),
-   sweeping the message size, checking the reduced values and computing the
-   nccl-tests algbw/busbw (:mod:`checks.maths`);
+2. all-reduce (:mod:`checks.allreduce`): rayrig's own rank actors over torch.distributed,
+   as Ray Train does underneath, one per GPU (NCCL) or per node on CPU-only clusters
+   (gloo), sweeping the message size one size at a time, each with a deadline,
+   checking the reduced values and computing the nccl-tests algbw/busbw (:mod:`checks.maths`);
 3. sweep test: a hyperparameter-sweep-shaped burst of small tasks (64 by
    default, ``num_cpus=0.25``, ``num_gpus=0.25`` on GPU clusters,
    ``max_retries=3``, SPREAD) that must all finish and reach every node that

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from . import gpu_health
+from .allreduce_plan import host_words
 from .verdict import Reason, Verdict, spec_fractions
 
 PLOT_INSTALL_HINT = "matplotlib is not installed: install it with `pip install rayrig[plot]` to get the plot"
@@ -101,15 +102,24 @@ def render_gpu_health(report: dict[str, Any]) -> str:
 
 
 def render_allreduce(report: dict[str, Any]) -> str:
-    """The all-reduce sweep: size, time per call, algbw and busbw (GB/s)."""
+    """The all-reduce sweep: size, time per call, algbw and busbw (GB/s); when it stopped, why, and
+    each rank's state (the sizes measured before still shown)."""
     data = report.get("allreduce")
     if not data:
         return "all-reduce: not run"
     head = f"all-reduce: {data.get('world_size')} ranks, {data.get('backend')}"
     if data.get("skipped"):
         return f"all-reduce: not run: {data['skipped']}"
-    if data.get("error"):
-        return f"{head}: FAILED: {data['error']}"
+    lines = [f"{head}: FAILED: {data['error']}" if data.get("error") else head]
+    for rank in (data.get("hung") or {}).get("ranks") or []:
+        lines.append(f"  rank {rank['rank']} on {host_words(rank)}: {rank.get('state')}")
+    limits = data.get("deadlines") or {}
+    if limits.get("setup_s") is not None:  # the numbers the deadlines came from (checks.allreduce)
+        lines.append(
+            f"  deadlines: setup {limits['setup_deadline_s']:g} s (took {limits['setup_s']:g} s); each size "
+            f"{limits['peer_factor']:g} x the time it should take, at least {limits['floor_s']:g} s, "
+            f"at most {limits['cap_s']:g} s"
+        )
     rows = [
         [
             _size(row["bytes"]),
@@ -120,8 +130,9 @@ def render_allreduce(report: dict[str, Any]) -> str:
         ]
         for row in data.get("sweep") or []
     ]
-    table = format_table(["size", "time ms", "algbw GB/s", "busbw GB/s", "values"], rows, right=(0, 1, 2, 3))
-    return f"{head}\n{table}"
+    if rows or not data.get("error"):
+        lines.append(format_table(["size", "time ms", "algbw GB/s", "busbw GB/s", "values"], rows, right=(0, 1, 2, 3)))
+    return "\n".join(lines)
 
 
 def render_sweep_test(report: dict[str, Any]) -> str:

@@ -41,7 +41,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import deadlines, gpu_health, maths, specs
+from . import allreduce_plan, deadlines, gpu_health, maths, specs
 from .reasons import FAIL, INFO, PASS, WARN, Reason, host_label
 
 __all__ = ["FAIL", "INFO", "PASS", "WARN", "Reason", "Verdict", "evaluate", "host_label"]
@@ -284,8 +284,13 @@ def _check_allreduce(report: dict[str, Any], reasons: list[Reason]) -> None:
     if data.get("skipped"):
         reasons.append(Reason(WARN, f"all-reduce test not run: {data['skipped']}"))
         return
+    if data.get("hung"):  # a collective that did not finish: the ranks that held it up, by host
+        for host, message in allreduce_plan.hung_summary(data["hung"]):
+            reasons.append(Reason(FAIL, message, host=host, source=data["hung"].get("source")))
+        return
     if data.get("error"):
-        reasons.append(Reason(FAIL, f"all-reduce test failed: {data['error']}"))
+        failed = data.get("failed") or [{}]  # the ranks whose actor failed or was lost
+        reasons.append(Reason(FAIL, f"all-reduce test failed: {data['error']}", host=failed[0].get("host")))
         return
     check = data.get("value_check") or {}
     if not check.get("ok"):

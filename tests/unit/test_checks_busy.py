@@ -107,7 +107,7 @@ def test_the_smoke_test_is_skipped_when_every_gpu_is_held():
 
 @pytest.mark.slow
 def test_the_allreduce_over_busy_gpus_is_skipped_naming_how_many_were_held(monkeypatch):
-    pytest.importorskip("ray.train.torch")
+    pytest.importorskip("ray")
     nodes = [gpu_node("gpu-a", "10.0.0.1", busy_gpus=8), gpu_node("gpu-b", "10.0.0.2", busy_gpus=8)]
     result = allreduce.run_allreduce(nodes)
     assert result["skipped"] == "other jobs hold 16 GPUs: no node has one free"

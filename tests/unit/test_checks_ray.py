@@ -1,9 +1,9 @@
 """The --cluster benchmark against a real, local, single-node Ray (CPU only).
 
 Same code path as on a cluster: the checks package shipped as a py_modules
-runtime environment, a pinned CPU task, Ray Train's TorchTrainer with two gloo
-workers, and a SPREAD burst of fractional tasks. Sizes are small; the whole
-module takes about a minute on two cores, most of it Ray and Ray Train start-up.
+runtime environment, a pinned CPU task, two gloo rank actors sweeping the
+all-reduce one size at a time, and a SPREAD burst of fractional tasks. Sizes are
+small; the whole module takes under a minute on two cores, most of it Ray start-up.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ import pytest
 
 pytest.importorskip("torch")
 ray = pytest.importorskip("ray")
-pytest.importorskip("ray.train.torch")
 
 from checks import allreduce, cluster_bench, maths, report, verdict  # noqa: E402
 
@@ -67,7 +66,16 @@ def test_gloo_allreduce_values_and_bandwidth(cluster_report: dict[str, Any]) -> 
     data = cluster_report["allreduce"]
     assert "error" not in data, data.get("error")
     assert (data["backend"], data["world_size"]) == ("gloo", 2)
-    assert [r["rank"] for r in data["ranks"]] == [0, 1]
+    assert [(r["rank"], r["host"], r["device"]) for r in data["ranks"]] == [
+        (0, "node-one", "cpu"),
+        (1, "node-one", "cpu"),
+    ]
+    limits = data["deadlines"]
+    assert (limits["peer_factor"], limits["floor_s"], limits["cap_s"]) == (3.0, 30.0, 120)
+    assert 0 < limits["setup_s"] < limits["setup_deadline_s"] <= 120
+    assert [s["bytes"] for s in limits["sizes"]] == [row["bytes"] for row in data["sweep"]]
+    for size in limits["sizes"]:
+        assert 30.0 <= size["deadline_s"] <= 120 and size["took_s"] < size["deadline_s"]
     assert data["value_check"] == {"ok": True, "expected": 3.0, "detail": "every element equals 3 at every size"}
     assert [row["bytes"] for row in data["sweep"]] == [2**16, 2**17, 2**18, 2**19, 2**20]
     for row in data["sweep"]:

@@ -489,6 +489,12 @@ def left_out(devices: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return found
 
 
+def stuck_nodes(allreduce: dict[str, Any]) -> set[str]:
+    """The Ray node ids of the all-reduce's stuck or lost ranks (not those that only waited for them)."""
+    hung = [r for r in (allreduce.get("hung") or {}).get("ranks", []) if r.get("state") != "waiting for peers"]
+    return {r.get("node_id") for r in hung + list(allreduce.get("failed") or [])}
+
+
 def _not_run(budget: Budget | None) -> dict[str, Any] | None:
     """A phase's result when the run's budget is spent (None while time is left)."""
     if budget is None or not budget.spent():
@@ -577,9 +583,7 @@ def run_cluster(
             peer_factor=peer_factor,
             budget=budget,
         )
-    hung = {rank.get("node_id") for rank in (result["allreduce"].get("hung") or {}).get("ranks", [])
-            if rank.get("state") != "waiting for peers"}  # fmt: skip
-    usable = [n for n in usable if n["node_id"] not in hung]
+    usable = [n for n in usable if n["node_id"] not in stuck_nodes(result["allreduce"])]
     report(result)
     with phase("sweep_test", timing):
         result["sweep_test"] = _not_run(budget) or run_sweep_test(

@@ -12,7 +12,9 @@ def local_ray():
     ray = pytest.importorskip("ray")
     with pytest.MonkeyPatch.context() as env:
         env.delenv("RAY_ADDRESS", raising=False)  # a fresh local Ray, never someone's cluster
-        context = ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+        context = ray.init(
+            "local", num_cpus=1, include_dashboard=False, log_to_driver=False, logging_level="ERROR"
+        )  # "local": always a new one, even where another Ray on this machine runs
     try:
         ip = next(n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"])
         yield {"ip": ip, "address": context.address_info["gcs_address"]}

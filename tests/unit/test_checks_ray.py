@@ -30,7 +30,7 @@ def cluster_report() -> dict[str, Any]:
     t0 = time.perf_counter()
     with pytest.MonkeyPatch.context() as env:
         env.delenv("RAY_ADDRESS", raising=False)  # a fresh local Ray, never someone's cluster
-        cluster_bench.connect(None, num_cpus=4, include_dashboard=False)
+        cluster_bench.connect("local", num_cpus=4, include_dashboard=False)  # a new one, never a neighbour
     try:
         ip = cluster_bench.cluster_nodes()[0]["ip"]
         result = cluster_bench.run_cluster(

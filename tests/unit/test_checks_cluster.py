@@ -35,7 +35,14 @@ def test_benchmark_command_passes_thresholds_aliases_and_expected_nodes():
     command = cluster.benchmark_command("ray-node", settings, {"10.0.0.2": "w1"}, ["10.0.0.2", "10.0.0.1"], DIRS)
     run = next(part for part in command.split(" && ") if "checks.benchmark" in part)
     args = shlex.split(run.split("; status=")[0])
-    assert args[:8] == ["docker", "exec", "--workdir", D, "ray-node", "python", "-m", "checks.benchmark"]
+    # stopped on the head a margin after the budget, and inside the container at it
+    assert args[:4] == ["timeout", "-k", "10", "920"]
+    assert args[4:9] == ["docker", "exec", "--workdir", D, "ray-node"]
+    assert args[9:14] == ["sh", "-c", cluster.BOUNDED, "_", "900"]
+    assert args[14:17] == ["python", "-m", "checks.benchmark"]
+    assert args[args.index("--budget") + 1] == "880"  # the benchmark aims to end before the kill
+    assert args[args.index("--peer-factor") + 1] == "3"
+    assert args[args.index("--timeout") + 1] == "300"  # checks_node_timeout_s, no longer the whole budget
     assert "--quick" in args
     assert args[args.index("--expect-nodes") + 1] == "10.0.0.1,10.0.0.2"
     assert args[args.index("--outlier-fraction") + 1] == "0.8"
@@ -43,7 +50,17 @@ def test_benchmark_command_passes_thresholds_aliases_and_expected_nodes():
     assert args[args.index("--host-alias") + 1] == "10.0.0.2=w1"
     assert args[args.index("--out") + 1] == f"{D}/report.json"
     assert f"docker cp ray-node:{D}/report.json {H}/report.json" in command.split(" && ")
+    assert "echo RAYRIG_BENCHMARK_EXIT=$status" in command.split(" && ")
     assert "--quick" not in cluster.benchmark_command("ray-node", merge({}), {}, ["10.0.0.1"], DIRS)
+
+
+def test_the_benchmark_command_gets_what_is_left_of_the_budget_and_the_node_settings():
+    settings = merge({"checks_peer_timeout_factor": 2.5, "checks_node_timeout_s": 60})
+    command = cluster.benchmark_command("ray-node", settings, {}, ["10.0.0.1"], DIRS, left_s=400.7)
+    args = shlex.split(command.split("; status=")[0])
+    assert args[:4] == ["timeout", "-k", "10", "420"]
+    assert args[args.index("--budget") + 1] == "380"
+    assert (args[args.index("--peer-factor") + 1], args[args.index("--timeout") + 1]) == ("2.5", "60")
 
 
 def test_package_tarball_holds_the_checks_package_with_its_programs():
@@ -114,8 +131,11 @@ def test_combined_verdict_fails_on_preflight_even_when_the_benchmark_passes():
 @pytest.mark.parametrize("expected", [["10.0.0.1"], ["10.0.0.2", "10.0.0.1"]])
 def test_cluster_state_command_runs_the_module_from_the_copied_package(expected):
     args = shlex.split(cluster.cluster_state_command("ray-node", expected, wait_s=30, workdir=D))
-    assert args[:8] == ["docker", "exec", "--workdir", D, "ray-node", "python", "-m", "checks.cluster_state"]
-    assert args[8:] == ["--expect", ",".join(sorted(expected)), "--wait", "30"]
+    assert args[:4] == ["timeout", "-k", "10", "60"]  # the wait and Python's start
+    assert args[4:12] == ["docker", "exec", "--workdir", D, "ray-node", "python", "-m", "checks.cluster_state"]
+    assert args[12:] == ["--expect", ",".join(sorted(expected)), "--wait", "30"]
+    bounded = shlex.split(cluster.cluster_state_command("ray-node", expected, wait_s=30, workdir=D, limit_s=40))
+    assert bounded[:4] == ["timeout", "-k", "10", "40"]  # what is left of the budget
 
 
 def test_the_storage_command_is_bounded_and_carries_the_mounts_as_json():
@@ -127,6 +147,8 @@ def test_the_storage_command_is_bounded_and_carries_the_mounts_as_json():
     assert config["mounts"] == mounts
     assert (config["read_wait_s"], config["task_timeout_s"], config["require_mount"]) == (5, 10, True)
     assert cluster.shared_storage.check_timeout() >= 4 * cluster.shared_storage.TASK_TIMEOUT_S
+    bounded = shlex.split(cluster.storage_command("ray-node", mounts, workdir=D, limit_s=42))
+    assert bounded[:4] == ["timeout", "-k", "10", "42"]  # what is left of the budget, when less
 
 
 @pytest.mark.slow
@@ -258,6 +280,9 @@ def test_a_healthy_cluster_passes_in_order_and_the_report_is_saved(tmp_path):
     assert saved["storage"]["hosts"] == {HEAD_IP: "head", WORKER_IP: "w1"}
     assert saved["verdict"]["status"] == "PASS" and saved["verdict"]["thresholds"]["outlier_fraction"] == 0.9
     assert saved["devices"] == BENCH["devices"]
+    assert saved["budget"]["total_s"] == 900 and 0 <= saved["budget"]["spent_s"] < 5
+    assert set(saved["budget"]["by_part"]) == {"preflight", "cluster_state", "storage", "benchmark"}
+    assert all(seconds is not None for seconds in saved["budget"]["by_part"].values())
     assert outcome.plot_path is None or outcome.plot_path.exists()
     assert report.latest_checks("lab", tmp_path).startswith("==> checks: PASS; report ")
 
@@ -277,7 +302,7 @@ def test_a_host_outside_the_run_and_a_head_that_answers_nothing(tmp_path):
     assert (FAIL, "could not read the cluster state from the head container", None) in found
     assert (FAIL, "the benchmark did not produce a report", None) in found
     assert outcome.verdict.status == FAIL
-    assert ("get", f"{H}/report.json") not in head.calls  # a failed run's report is not read
+    assert ("get", f"{H}/report.json") in head.calls  # a failed run's report is looked for: there was none
     assert head.calls[-1][0] == "cleanup"  # a failed run's directories go too
     saved = json.loads(outcome.json_path.read_text())
     assert (saved["cluster_state"], saved["storage"]) == (None, None)
@@ -298,7 +323,7 @@ def test_detected_gpus_stand_for_auto_in_the_cluster_totals(tmp_path):
     found = [(r.level, r.message) for r in outcome.verdict.reasons]
     assert (INFO, "4 x NVIDIA L4, driver 550") in found
     assert (FAIL, "cluster total GPU is 0, the inventory declares 4") in found
-    assert dict(worker.calls)["probe"].endswith("_ ray-node 4 0")  # the container side knows the GPU count
+    assert "_ ray-node 4 0;" in dict(worker.calls)["probe"]  # the container side knows the GPU count
 
 
 @pytest.mark.parametrize(

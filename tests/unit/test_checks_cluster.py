@@ -13,12 +13,15 @@ import shlex
 import subprocess
 import sys
 import tarfile
+import threading
+import time
 from pathlib import Path
 from typing import IO, Any
 
 import pytest
 
-from checks import cluster, report
+from checks import cluster, report, run_budget
+from checks.deadlines import Budget
 from checks.node import Node
 from checks.verdict import FAIL, INFO, WARN, Reason
 from deploy.settings import merge
@@ -386,3 +389,202 @@ def test_the_head_commands_work_in_a_real_shell(tmp_path):
     assert Path(container_dir, "checks", "cluster_state.py").is_file()
     sh(cluster.cleanup_command("ray-node", host_dir, container_dir))
     assert not Path(host_dir).exists() and not Path(container_dir).exists()
+
+
+# --- the run's budget ----------------------------------------------------------------------------
+
+
+class SlowNode(FakeNode):
+    """A FakeNode whose probe takes ``probe_s`` seconds (None: it answers only when ``release`` is set)."""
+
+    def __init__(self, *args: Any, probe_s: float | None, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.probe_s = probe_s
+        self.release = threading.Event()
+
+    def run(self, command: str, print_output: bool = False) -> tuple[bool, list[str]]:
+        answer = super().run(command, print_output)
+        if self.kind(command) == "probe":
+            if self.probe_s is None:
+                self.release.wait(30)
+            else:
+                time.sleep(self.probe_s)
+        return answer
+
+
+def test_the_preflight_reads_every_node_at_once_and_keeps_the_inventorys_order(tmp_path):
+    probe = (True, ["RUNNING=true", "RAY_VERSION=2.59.0", "PROBE_EXIT=0"])  # every node on the wrong Ray
+    nodes = [SlowNode(f"n{i}", f"10.0.0.{i}", {"probe": probe, "cluster_state": alive()}, report=BENCH,
+                      probe_s=2.0 - 0.5 * i) for i in range(1, 4)]  # fmt: skip
+    every = {n.name: settings(tmp_path) for n in nodes}
+
+    started = time.monotonic()
+    outcome, _ = run(nodes, every, {n.name: NO_GPUS for n in nodes})
+
+    assert time.monotonic() - started < 3  # three probes of up to 2 s, not 4.5 s one after another
+    saved = json.loads(outcome.json_path.read_text())
+    assert saved["budget"]["by_part"]["preflight"] < 3
+    assert list(saved["preflight"]) == ["n1", "n2", "n3"]  # n3 answered first, n1 last
+    wrong_ray = [r.host for r in outcome.verdict.reasons if r.message.startswith("Ray 2.59.0")]
+    assert wrong_ray == ["n1", "n2", "n3"]
+    assert "probe_exit" not in saved["preflight"]["n1"]  # how the probe ended is not a reading
+
+
+def test_a_node_whose_preflight_never_answers_is_named_and_the_run_goes_on(tmp_path, monkeypatch):
+    monkeypatch.setattr(cluster, "PROBE_GRACE_S", 0.5)
+    head = FakeNode("head", HEAD_IP, {"probe": RUNNING, "cluster_state": alive(HEAD_IP, WORKER_IP)}, report=BENCH)
+    worker = SlowNode("w1", WORKER_IP, {"probe": RUNNING}, probe_s=None)
+    every = {"head": settings(tmp_path, checks_node_timeout_s=1), "w1": settings(tmp_path)}
+    try:
+        started = time.monotonic()
+        outcome, _ = run([head, worker], every, {"head": NO_GPUS, "w1": NO_GPUS})
+        took = time.monotonic() - started
+    finally:
+        worker.release.set()
+
+    assert took < 5  # a node cap of 1 s, and the connection's grace: not a hang
+    assert "timeout -k 5 1 sh -c" in dict(worker.calls)["probe"]  # the probe itself is bounded on the node
+    [late] = [r for r in outcome.verdict.reasons if r.host == "w1"]
+    assert late.level == FAIL and late.message.startswith("preflight did not answer in 1.")
+    assert "benchmark" in dict(head.calls)  # the run went on without it
+    saved = json.loads(outcome.json_path.read_text())
+    assert saved["preflight"]["w1"]["error"].startswith("no answer in ")
+
+
+def test_a_probe_that_timeout_stopped_is_one_fail_naming_the_node(tmp_path):
+    stopped = (False, ["RUNNING=true", "PROBE_EXIT=124"])  # it got as far as the container's state
+    head = FakeNode("head", HEAD_IP, {"probe": RUNNING, "cluster_state": alive(HEAD_IP, WORKER_IP)}, report=BENCH)
+    worker = FakeNode("w1", WORKER_IP, {"probe": stopped})
+    every = {"head": settings(tmp_path, checks_node_timeout_s=120), "w1": settings(tmp_path)}
+
+    outcome, _ = run([head, worker], every, {"head": NO_GPUS, "w1": NO_GPUS})
+
+    assert dict(worker.calls)["probe"].startswith("timeout -k 5 120 sh -c ")
+    assert [(r.level, r.message) for r in outcome.verdict.reasons if r.host == "w1"] == [
+        (FAIL, "preflight did not answer in 120 s")  # not "Ray no Ray in the container"
+    ]
+
+
+def test_the_gpu_health_probe_runs_within_the_nodes_cap(tmp_path):
+    driver = {"count": 1, "models": ["NVIDIA L4"], "driver_version": "550", "memory_mib": [23034]}
+    one = {"pci_count": 1, "nvswitches": 0, "driver": driver}
+    head = FakeNode("head", HEAD_IP, {"probe": (True, [*RUNNING[1], "CONTAINER_GPUS=1"]),
+                                      "cluster_state": alive(HEAD_IP, GPU=1.0)}, report=BENCH)  # fmt: skip
+    outcome, _ = run([head], {"head": settings(tmp_path, ray_num_gpus=1, checks_node_timeout_s=90)}, {"head": one})
+    health = dict(head.calls)["gpu_health"]
+    limit = int(health.split()[3])
+    assert health.startswith("timeout -k 5 ") and 85 <= limit <= 90  # what the probe left of the 90 s
+    assert "gpu_health" in json.loads(outcome.json_path.read_text())["preflight"]["head"]
+
+
+def _budget_spent_after(monkeypatch: pytest.MonkeyPatch, kind: str | None) -> None:
+    """The checks' budget is all but spent at the start (``kind`` None) or once the head has run a
+    command of that kind."""
+    budgets: list[Budget] = []
+
+    def budget(total_s: float) -> Budget:
+        budgets.append(Budget(total_s, started=time.monotonic() - (total_s - 5 if kind is None else 0)))
+        return budgets[-1]
+
+    def run_head(self: FakeNode, command: str, print_output: bool = False) -> tuple[bool, list[str]]:
+        answer = FakeNode.run(self, command, print_output)
+        if self.kind(command) == kind:
+            budgets[0].started -= budgets[0].total_s - 5  # it took all but 5 s of the budget
+        return answer
+
+    monkeypatch.setattr(cluster, "Budget", budget)
+    monkeypatch.setattr(FakeNode, "run_head", run_head, raising=False)
+
+
+@pytest.mark.parametrize(
+    "spent_after,not_run,ran",
+    [
+        (None, ["cluster state", "shared storage", "benchmark"], []),
+        ("cluster_state", ["shared storage", "benchmark"], ["cluster_state"]),
+        ("storage", ["benchmark"], ["cluster_state", "storage"]),
+    ],
+)
+def test_parts_with_no_budget_left_are_not_run_and_say_so(tmp_path, monkeypatch, spent_after, not_run, ran):
+    _budget_spent_after(monkeypatch, spent_after)
+
+    class Head(FakeNode):
+        def run(self, command: str, print_output: bool = False) -> tuple[bool, list[str]]:
+            return self.run_head(command, print_output)  # type: ignore[attr-defined]
+
+    share = {"storage_nfs_mounts": [{"server": "head", "export": "/srv", "path": "/mnt/shared"}]}
+    head = Head("head", HEAD_IP, {"probe": RUNNING, "cluster_state": alive(HEAD_IP)}, report=BENCH)
+    outcome, _ = run([head], {"head": settings(tmp_path, **share)}, {"head": NO_GPUS})
+
+    kinds = [kind for kind, _ in head.calls]
+    assert [k for k in ("cluster_state", "storage", "benchmark") if k in kinds] == ran
+    assert kinds[-1] == "cleanup"
+    budget_fails = [r.message for r in outcome.verdict.reasons if "ran out" in r.message]
+    assert [m.split(":")[0] for m in budget_fails] == not_run
+    assert all(r.level == FAIL for r in outcome.verdict.reasons if "ran out" in r.message)
+    first = budget_fails[0]
+    assert ": not run: the checks' budget of 900 s (checks_timeout_s) ran out (preflight " in first
+    assert first.endswith("; raise checks_timeout_s, or look at the slow part named above")
+    saved = json.loads(outcome.json_path.read_text())
+    assert saved["budget"]["by_part"]["benchmark"] is None
+    assert saved["budget"]["spent_s"] >= 895
+    assert outcome.verdict.status == FAIL
+
+
+@pytest.mark.parametrize("status", [124, 137])
+def test_a_benchmark_stopped_at_the_budget_leaves_its_partial_report(tmp_path, status):
+    partial = {key: BENCH[key] for key in ("mode", "cpu_only", "devices")}  # the devices phase only
+    head = FakeNode("head", HEAD_IP, {"probe": RUNNING, "cluster_state": alive(HEAD_IP),
+                                      "benchmark": (False, ["a line", f"RAYRIG_BENCHMARK_EXIT={status}"])},
+                    report=partial)  # fmt: skip
+    outcome, _ = run([head], {"head": settings(tmp_path)}, {"head": NO_GPUS})
+
+    assert ("get", f"{H}/report.json") in head.calls  # fetched whatever the exit status
+    found = [(r.level, r.message) for r in outcome.verdict.reasons]
+    assert (FAIL, "the benchmark was stopped at the checks' budget (900 s, checks_timeout_s); "
+                  "the report holds the phases it finished") in found  # fmt: skip
+    assert (FAIL, "the benchmark did not produce a report") not in found
+    saved = json.loads(outcome.json_path.read_text())
+    assert saved["devices"] == BENCH["devices"]
+
+
+def test_a_benchmark_that_fails_on_its_own_is_not_said_to_be_stopped(tmp_path):
+    head = FakeNode("head", HEAD_IP, {"probe": RUNNING, "cluster_state": alive(HEAD_IP),
+                                      "benchmark": (True, ["RAYRIG_BENCHMARK_EXIT=1"])}, report=BENCH)  # fmt: skip
+    outcome, _ = run([head], {"head": settings(tmp_path)}, {"head": NO_GPUS})
+    assert not [r for r in outcome.verdict.reasons if "stopped at the checks' budget" in r.message]
+
+
+def test_the_benchmark_command_stops_a_hung_benchmark_and_still_copies_its_report(tmp_path):
+    """The real command, run by sh, with a docker that runs the container's command here and a python
+    that writes a partial report and then hangs."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "docker").write_text(
+        "#!/bin/sh\n"
+        'if [ "$1" = exec ]; then shift\n'
+        '  while [ "${1#--}" != "$1" ]; do shift 2; done\n'
+        '  shift; exec "$@"\n'
+        "fi\n"
+        '[ "$1" = cp ] && exec cp "${2#*:}" "${3#*:}"\n'
+        "exit 2\n"
+    )
+    (bin_dir / "python").write_text(
+        "#!/bin/sh\n"
+        'while [ "$1" != --out ]; do shift; done\n'
+        'echo \'{"devices": [], "phase": "devices"}\' > "$2"\n'
+        "exec sleep 60\n"
+    )
+    for name in ("docker", "python"):
+        (bin_dir / name).chmod(0o755)
+    host_dir, container_dir = tmp_path / "host", tmp_path / "container"
+    host_dir.mkdir()
+    container_dir.mkdir()
+    command = cluster.benchmark_command("ray-node", merge({}), {}, ["10.0.0.1"],
+                                        cluster.HeadDirs(str(host_dir), str(container_dir)), left_s=2)  # fmt: skip
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    started = time.monotonic()
+    done = subprocess.run(["sh", "-c", command], env=env, capture_output=True, text=True, timeout=60)
+    assert time.monotonic() - started < 15  # stopped at 2 s inside the "container"
+    assert done.returncode == 124
+    assert run_budget.exit_status(done.stdout.splitlines()) == 124
+    assert json.loads((host_dir / "report.json").read_text())["phase"] == "devices"

@@ -15,6 +15,13 @@ Four parts, one verdict:
 4. the benchmark (:mod:`checks.benchmark` ``--cluster``) inside the head
    container, which drives every node through Ray.
 
+The whole run has one budget, the head's ``checks_timeout_s`` (:mod:`checks.run_budget`):
+preflight reads every node at once, each within ``checks_node_timeout_s`` (a node that does not
+answer by then is a FAIL naming it); parts 2 to 4 get what is left, and a part with nothing left
+is not started and says so. The benchmark is told the budget left (``--budget``, with
+``--peer-factor`` and ``--timeout`` for its per-node deadlines), ``timeout`` stops it if it
+overruns, and its report, written after every phase, is fetched whatever its exit status.
+
 These are the full checks. A deploy that created or replaced no ray-node container runs the
 quick checks instead (:mod:`checks.quick`: alive nodes, their resources, one Ray version, in one
 command); ``deploy/post_checks.py`` chooses.

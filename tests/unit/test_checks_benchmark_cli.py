@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 
-from checks import benchmark, cluster
+from checks import benchmark, cluster, deadlines
 from checks.deadlines import Budget
+from deploy.settings import merge
 
 DONE = {"mode": "cluster", "cpu_only": True, "nodes": [], "devices": [], "allreduce": None, "sweep_test": None}
 
@@ -81,3 +82,13 @@ def test_the_help_describes_the_bounds():
     assert "--budget SECONDS checks_timeout_s" in text
     assert "--peer-factor F checks_peer_timeout_factor: a node still running when the median node has" in text
     assert "--timeout SECONDS checks_node_timeout_s: the longest one node's measurement may take" in text
+
+
+def test_the_data_keys_defaults_are_the_benchmarks_own():
+    defaults = merge({})
+    assert defaults["checks_timeout_s"] == deadlines.DEFAULT_BUDGET_S
+    assert defaults["checks_peer_timeout_factor"] == deadlines.DEFAULT_PEER_FACTOR
+    assert defaults["checks_node_timeout_s"] == deadlines.DEFAULT_NODE_TIMEOUT_S
+    args = benchmark.build_parser().parse_args(["--cluster"])
+    assert (args.peer_factor, args.timeout, args.budget) == (deadlines.DEFAULT_PEER_FACTOR,
+                                                             deadlines.DEFAULT_NODE_TIMEOUT_S, None)  # fmt: skip

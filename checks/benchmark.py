@@ -62,10 +62,15 @@ Report schema (JSON, ``"schema": "rayrig.checks.benchmark/1"``)::
 
 Exit status: 0 PASS or WARN, 1 FAIL, 2 usage error.
 
+With ``--cluster``, ``--budget`` bounds the whole run, ``--peer-factor`` and ``--timeout`` each
+node's measurement (:mod:`checks.deadlines`), and the JSON report is written after every phase, so
+a run stopped from outside still leaves the phases it finished.
+
 Example::
 
     python -m checks.benchmark --local --json /tmp/bench.json
     python -m checks.benchmark --cluster --out /tmp/rayrig-bench.json --plot /tmp/busbw.png
+    python -m checks.benchmark --cluster --out /tmp/rayrig-bench.json --budget 600 --peer-factor 3 --timeout 300
 """
 
 from __future__ import annotations
@@ -73,10 +78,12 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 from . import REPORT_SCHEMA, gpu_health, report, specs, verdict
 from .cluster_bench import DEFAULT_SWEEP_TASKS, connect, run_cluster
+from .deadlines import DEFAULT_NODE_TIMEOUT_S, DEFAULT_PEER_FACTOR, Budget
 from .progress import log, phase, versions
 
 
@@ -104,6 +111,26 @@ def _fraction(text: str) -> float:
     return value
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds above 0, got {text}")
+    return value
+
+
+def _factor(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 1:
+        raise argparse.ArgumentTypeError(f"expected a factor above 1 (times the peers' median), got {text}")
+    return value
+
+
 def _bytes(text: str) -> int:
     units = {"k": 2**10, "m": 2**20, "g": 2**30}
     text = text.strip().lower().removesuffix("ib").removesuffix("b")
@@ -113,6 +140,18 @@ def _bytes(text: str) -> int:
         return int(float(number) * scale)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a size such as 1048576, 1M or 1GiB, got {text!r}") from None
+
+
+def partial_writer(path: str | None) -> Callable[[dict[str, Any]], None] | None:
+    """What writes the report after each phase to ``path`` (atomically: a temporary file, then renamed),
+    so that a run stopped later still leaves the phases it finished; None without a path."""
+    if not path:
+        return None
+
+    def write_partial(result: dict[str, Any]) -> None:
+        report.write_json(result, path)
+
+    return write_partial
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -171,7 +210,21 @@ def build_parser() -> argparse.ArgumentParser:
         "--expect-nodes", default="", metavar="IP,IP,...",
         help="wait until exactly these nodes are alive before measuring (the inventory's addresses)",
     )  # fmt: skip
-    parser.add_argument("--timeout", type=int, default=600, help="seconds each phase may wait (default 600)")
+    parser.add_argument(
+        "--timeout", type=_seconds, default=DEFAULT_NODE_TIMEOUT_S, metavar="SECONDS",
+        help="checks_node_timeout_s: the longest one node's measurement may take, with or without peers to judge "
+             f"by; a node still running then is stopped and named (default {DEFAULT_NODE_TIMEOUT_S:g})",
+    )  # fmt: skip
+    parser.add_argument(
+        "--budget", type=_seconds, metavar="SECONDS",
+        help="checks_timeout_s, less what the checks before it took: the whole run ends with a verdict by then; "
+             "a phase with no time left is not started, and the report says so (default: no budget)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--peer-factor", type=_factor, default=DEFAULT_PEER_FACTOR, metavar="F",
+        help="checks_peer_timeout_factor: a node still running when the median node has finished F times over "
+             f"is stopped, named and left out of the later phases (default {DEFAULT_PEER_FACTOR:g})",
+    )  # fmt: skip
     parser.add_argument("--verbose", action="store_true", help="show Ray's worker logs")
     return parser
 
@@ -203,6 +256,9 @@ def main(argv: list[str] | None = None) -> int:
                 timeout_s=args.timeout,
                 host_aliases=aliases,
                 expect_ips=[ip.strip() for ip in args.expect_nodes.split(",") if ip.strip()] or None,
+                peer_factor=args.peer_factor,
+                budget=Budget(args.budget) if args.budget else None,
+                on_phase=partial_writer(args.json),
             )
     except RuntimeError as exc:  # the cluster never settled: a report that says so, judged FAIL
         result = {"schema": REPORT_SCHEMA, "mode": "cluster", "quick": args.quick, "error": str(exc),

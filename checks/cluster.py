@@ -15,6 +15,13 @@ Four parts, one verdict:
 4. the benchmark (:mod:`checks.benchmark` ``--cluster``) inside the head
    container, which drives every node through Ray.
 
+The whole run has one budget, the head's ``checks_timeout_s`` (:mod:`checks.run_budget`):
+preflight reads every node at once, each within ``checks_node_timeout_s`` (a node that does not
+answer by then is a FAIL naming it); parts 2 to 4 get what is left, and a part with nothing left
+is not started and says so. The benchmark is told the budget left (``--budget``, with
+``--peer-factor`` and ``--timeout`` for its per-node deadlines), ``timeout`` stops it if it
+overruns, and its report, written after every phase, is fetched whatever its exit status.
+
 These are the full checks. A deploy that created or replaced no ray-node container runs the
 quick checks instead (:mod:`checks.quick`: alive nodes, their resources, one Ray version, in one
 command); ``deploy/post_checks.py`` chooses.
@@ -48,10 +55,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import gpu_health, preflight, shared_storage
+from . import preflight, run_budget, shared_storage
 from . import report as report_mod
 from . import verdict as verdict_mod
+from .deadlines import Budget
+from .fanout import each_at_once
 from .node import Node
+from .run_budget import BENCHMARK_MARGIN_S, EXIT_MARKER, MIN_PART_S, PROBE_GRACE_S, Parts
 from .verdict import FAIL, WARN, Reason, Verdict
 
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -59,6 +69,9 @@ WORKDIR_TEMPLATE = "rayrig-checks.XXXXXXXXXX"  # mktemp's: a fresh 0700 director
 DIR_MARKER = "RAYRIG_CHECKS_DIR="  # the line that names the directory a command made
 _SAFE_DIR = re.compile(r"/[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*")
 CLUSTER_WAIT_S = 180  # how long the cluster state waits for every expected node to be alive
+CLUSTER_STATE_STARTUP_S = 30  # beyond its wait: Python, connecting to Ray
+# $1 seconds, then the command: stopped by `timeout` after them, where the container has `timeout`
+BOUNDED = 'if command -v timeout >/dev/null 2>&1; then s=$1; shift; exec timeout -k 5 "$s" "$@"; fi; shift; exec "$@"'
 
 
 @dataclass
@@ -92,26 +105,15 @@ def run_checks(
     head_settings = settings[head.name]
     container = head_settings["ray_container_name"]
     progress("--> Running the post-deploy checks (preflight, cluster state, shared storage, benchmark)")
+    parts = Parts(Budget(head_settings["checks_timeout_s"]))
 
-    reasons: list[Reason] = []
-    preflights: dict[str, Any] = {}
-    declarations = []
-    for node in nodes:
-        node_settings = settings[node.name]
-        detected = None
-        if node.name in gpus:
-            node_gpus = gpus[node.name]
-            _ok, lines = node.run(preflight.probe_command(container, node_gpus))
-            probe = preflight.parse_probe(lines)
-            preflights[node.name] = {"gpus": dict(node_gpus), **probe}
-            reasons += preflight.preflight_reasons(node.name, node_settings, node_gpus, probe)
-            if int(node_gpus.get("pci_count") or 0) > 0:
-                preflights[node.name]["gpu_health"], found = gpu_health.check_node(node, node_gpus)
-                reasons += found
-            detected = preflight.detected_gpus(node_gpus)
-        else:
-            reasons.append(Reason(WARN, "preflight skipped (not part of this run)", host=node.name))
-        declarations.append(declaration(node, node_settings, detected))
+    with parts.part("preflight"):
+        cap = parts.budget.cap(head_settings["checks_node_timeout_s"])
+        preflights, reasons = preflight_all(nodes, container, settings, gpus, cap)
+    declarations = [
+        declaration(node, settings[node.name], preflight.detected_gpus(gpus[node.name]) if node.name in gpus else None)
+        for node in nodes
+    ]
     expected_ips = [d["address"] for d in declarations]
     aliases = {d["address"]: d["name"] for d in declarations if d["address"] != d["name"]}
 
@@ -120,29 +122,35 @@ def run_checks(
         if dirs is None:
             reasons.append(Reason(FAIL, "could not copy the checks into the head's container"))
         else:
-            ok, lines = head.run(cluster_state_command(container, expected_ips, workdir=dirs.container))
-            results = [line[len("RESULT ") :] for line in lines if line.startswith("RESULT ")]
-            cluster_state = json.loads(results[-1]) if ok and results else None
-            if cluster_state is None:
-                reasons.append(Reason(FAIL, "could not read the cluster state from the head container"))
-            else:
+            cluster_state = _cluster_state(head, container, dirs, expected_ips, parts, reasons)
+            if cluster_state is not None:
                 reasons += preflight.cluster_reasons(declarations, cluster_state)
 
             mounts = shared_storage.storage_mounts({node.address: settings[node.name] for node in nodes})
-            if mounts:
+            if mounts and parts.left() < MIN_PART_S:
+                reasons.append(parts.not_run("storage"))
+            elif mounts:
                 progress(f"--> Shared storage: a round trip through {len(mounts)} mount(s) on every node")
-                _ok, lines = head.run(storage_command(container, mounts, workdir=dirs.container))
+                limit = min(shared_storage.check_timeout(), int(parts.left()))
+                with parts.part("storage"):
+                    _ok, lines = head.run(storage_command(container, mounts, workdir=dirs.container, limit_s=limit))
                 storage = shared_storage.parse_result(lines) or {
-                    "error": f"no result (timed out after {shared_storage.check_timeout()} s, or Python failed there)"
+                    "error": f"no result (timed out after {limit} s, or Python failed there)"
                 }
                 reasons += shared_storage.storage_reasons(storage, aliases)
                 storage["hosts"] = aliases
 
-            command = benchmark_command(container, head_settings, aliases, expected_ips, dirs)
-            ok, _ = head.run(command, print_output=True)
-            bench = _fetch_report(head, dirs.host) if ok else None
-            if bench is None:
-                reasons.append(Reason(FAIL, "the benchmark did not produce a report"))
+            if parts.left() - BENCHMARK_MARGIN_S < MIN_PART_S:
+                reasons.append(parts.not_run("benchmark"))
+            else:
+                command = benchmark_command(container, head_settings, aliases, expected_ips, dirs, left_s=parts.left())
+                with parts.part("benchmark"):
+                    _ok, lines = head.run(command, print_output=True)
+                bench = _fetch_report(head, dirs.host)  # whatever the exit: a stopped one leaves its phases
+                if run_budget.exit_status(lines) in run_budget.STOPPED:
+                    reasons.append(run_budget.benchmark_stopped(parts.budget.total_s))
+                if bench is None:
+                    reasons.append(Reason(FAIL, "the benchmark did not produce a report"))
 
     thresholds = {
         "matmul_min_fraction": head_settings["checks_matmul_min_fraction"],
@@ -156,11 +164,66 @@ def run_checks(
         "preflight": preflights,
         "cluster_state": cluster_state,
         "storage": storage,
+        "budget": parts.as_dict(),
         "verdict": {**verdict.as_dict(), "thresholds": thresholds},
     }
     report_dir = Path(head_settings["checks_report_dir"]).expanduser()
     json_path, plot_path = report_mod.save_report(result, report_dir, head_settings["ray_cluster_name"])
     return ChecksRun(verdict, result, json_path, plot_path)
+
+
+def preflight_all(
+    nodes: Sequence[Node],
+    container: str,
+    settings: Mapping[str, Mapping[str, Any]],
+    gpus: Mapping[str, Mapping[str, Any]],
+    cap_s: float,
+) -> tuple[dict[str, Any], list[Reason]]:
+    """Every node's preflight at once (:func:`checks.preflight.check_node`), each within ``cap_s``
+    seconds; what each read, by node name, and the reasons, both in the nodes' order.
+
+    A node that has not answered ``cap_s`` (and the connection's grace) after the start is a FAIL
+    naming it; a node without GPU facts (outside the run) a WARN.
+    """
+    reached = [node for node in nodes if node.name in gpus]
+
+    def one(node: Node) -> tuple[dict[str, Any], list[Reason]]:
+        return preflight.check_node(node, container, settings[node.name], gpus[node.name], cap_s)
+
+    answered = each_at_once(reached, one, limit_s=cap_s + PROBE_GRACE_S)
+    answers = dict(zip([n.name for n in reached], answered, strict=True))
+    preflights: dict[str, Any] = {}
+    reasons: list[Reason] = []
+    for node in nodes:
+        answer = answers.get(node.name)
+        if answer is None:
+            reasons.append(Reason(WARN, "preflight skipped (not part of this run)", host=node.name))
+        elif answer.late or answer.value is None:
+            preflights[node.name] = {"gpus": dict(gpus[node.name]), "error": f"no answer in {answer.seconds:g} s"}
+            reasons.append(Reason(FAIL, f"preflight did not answer in {answer.seconds:g} s", host=node.name))
+        else:
+            preflights[node.name], found = answer.value
+            reasons += found
+    return preflights, reasons
+
+
+def _cluster_state(head: Node, container: str, dirs: HeadDirs, expected_ips: list[str], parts: Parts,
+                   reasons: list[Reason]) -> dict[str, Any] | None:  # fmt: skip
+    """The cluster state read from the head's container within what is left of the budget (None: not read,
+    with the reason added)."""
+    left = int(parts.left())
+    if left < MIN_PART_S:
+        reasons.append(parts.not_run("cluster_state"))
+        return None
+    wait_s = max(1, min(CLUSTER_WAIT_S, left - CLUSTER_STATE_STARTUP_S))
+    command = cluster_state_command(container, expected_ips, wait_s, workdir=dirs.container, limit_s=left)
+    with parts.part("cluster_state"):
+        ok, lines = head.run(command)
+    results = [line[len("RESULT ") :] for line in lines if line.startswith("RESULT ")]
+    state = json.loads(results[-1]) if ok and results else None
+    if state is None:
+        reasons.append(Reason(FAIL, "could not read the cluster state from the head container"))
+    return state
 
 
 @dataclass(frozen=True)
@@ -276,10 +339,13 @@ def _in_container(container: str, workdir: str, module: str, *args: str) -> str:
 
 
 def cluster_state_command(container: str, expected_ips: list[str], wait_s: int = CLUSTER_WAIT_S, *,
-                          workdir: str) -> str:  # fmt: skip
-    """The shell command that prints the cluster state once the expected nodes are alive (or time is up)."""
+                          workdir: str, limit_s: int | None = None) -> str:  # fmt: skip
+    """The shell command that prints the cluster state once the expected nodes are alive (or time is up),
+    stopped by ``timeout`` after ``limit_s`` (default: the wait and the program's start-up)."""
     expect = ",".join(sorted(expected_ips))
-    return _in_container(container, workdir, "cluster_state", "--expect", expect, "--wait", str(wait_s))
+    limit = min(wait_s + CLUSTER_STATE_STARTUP_S, limit_s) if limit_s is not None else wait_s + CLUSTER_STATE_STARTUP_S
+    command = _in_container(container, workdir, "cluster_state", "--expect", expect, "--wait", str(wait_s))
+    return f"timeout -k 10 {int(limit)} {command}"
 
 
 def storage_command(
@@ -289,17 +355,27 @@ def storage_command(
     workdir: str,
     read_wait_s: float = shared_storage.READ_WAIT_S,
     task_timeout_s: float = shared_storage.TASK_TIMEOUT_S,
+    limit_s: int | None = None,
 ) -> str:
-    """The shell command that runs the shared-storage check in the head's ``container``, bounded by ``timeout``."""
+    """The shell command that runs the shared-storage check in the head's ``container``, bounded by ``timeout``
+    (after the check's own longest time, or ``limit_s`` when that is less: what is left of the budget)."""
     config = shared_storage.probe_config(mounts, read_wait_s=read_wait_s, task_timeout_s=task_timeout_s)
     limit = shared_storage.check_timeout(task_timeout_s, read_wait_s)
+    limit = min(limit, int(limit_s)) if limit_s is not None else limit
     return f"timeout -k 10 {limit} " + _in_container(container, workdir, "storage_probe", json.dumps(config))
 
 
 def benchmark_command(container: str, settings: Mapping[str, Any], aliases: dict[str, str],
-                      expected_ips: list[str], dirs: HeadDirs) -> str:  # fmt: skip
+                      expected_ips: list[str], dirs: HeadDirs, left_s: float | None = None) -> str:  # fmt: skip
     """The shell command that runs the cluster benchmark in the head container and copies its report out
-    (into ``dirs.host``)."""
+    (into ``dirs.host``), whatever its exit status (a stopped benchmark leaves the phases it finished).
+
+    + left_s: the seconds left of the checks' budget (default: all of ``checks_timeout_s``). The benchmark
+      aims to finish :data:`BENCHMARK_MARGIN_S` before that (``--budget``); ``timeout`` stops it at
+      ``left_s`` inside the container and stops ``docker exec`` a margin later on the head. The command
+      prints its exit status after :data:`checks.run_budget.EXIT_MARKER`.
+    """
+    left = int(settings["checks_timeout_s"] if left_s is None else left_s)
     args = [
         "--cluster",
         "--expect-nodes", ",".join(sorted(expected_ips)),
@@ -307,16 +383,23 @@ def benchmark_command(container: str, settings: Mapping[str, Any], aliases: dict
         "--matmul-min-fraction", str(settings["checks_matmul_min_fraction"]),
         "--membw-min-fraction", str(settings["checks_membw_min_fraction"]),
         "--outlier-fraction", str(settings["checks_outlier_fraction"]),
-        "--timeout", str(settings["checks_timeout_s"]),
+        "--budget", str(max(1, left - BENCHMARK_MARGIN_S)),
+        "--peer-factor", str(settings["checks_peer_timeout_factor"]),
+        "--timeout", str(settings["checks_node_timeout_s"]),
     ]  # fmt: skip
     if settings["checks_profile"] == "quick":
         args.append("--quick")
     for ip, name in sorted(aliases.items()):
         args += ["--host-alias", f"{ip}={name}"]
+    # `timeout` where the container has it: stopping `docker exec` on the head would leave the benchmark running
+    inner = ["sh", "-c", BOUNDED, "_", str(left), "python", "-m", "checks.benchmark", *args]
+    run = shlex.join(["timeout", "-k", "10", str(left + BENCHMARK_MARGIN_S),
+                      "docker", "exec", "--workdir", dirs.container, container, *inner])  # fmt: skip
     report = shlex.quote(f"{container}:{dirs.container}/report.json")
     return " && ".join(
         [
-            f"{_in_container(container, dirs.container, 'benchmark', *args)}; status=$?",
+            f"{run}; status=$?",
+            f"echo {EXIT_MARKER}$status",
             f"docker cp {report} {shlex.quote(dirs.host + '/report.json')}",
             "exit $(( status > 1 ? status : 0 ))",
         ]

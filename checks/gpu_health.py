@@ -88,20 +88,25 @@ exit 0
 """
 
 
-def probe_command(gpus: Mapping[str, Any]) -> str:
-    """The shell command that prints one host's GPU health sections (see the module); it always exits 0.
+def probe_command(gpus: Mapping[str, Any], timeout_s: float | None = None) -> str:
+    """The shell command that prints one host's GPU health sections (see the module); it always exits 0
+    (but for ``timeout``, with ``timeout_s``: the sections it finished are printed).
 
     + gpus: the node's GPU facts (:mod:`checks.preflight`); ``pci_count`` decides the NVLink sections
 
     >>> probe_command({"pci_count": 8, "nvswitches": 4, "driver": None})[-3:]
     '_ 8'
     """
-    return f"sh -c {shlex.quote(PROBE_SCRIPT)} _ {int(gpus.get('pci_count') or 0)}"
+    command = f"sh -c {shlex.quote(PROBE_SCRIPT)} _ {int(gpus.get('pci_count') or 0)}"
+    return command if timeout_s is None else f"timeout -k 5 {max(1, int(timeout_s))} {command}"
 
 
-def check_node(node: Node, gpus: Mapping[str, Any]) -> tuple[dict[str, Any], list[Reason]]:
-    """Run the probe on ``node`` (whose GPU facts are ``gpus``); what it found and the reasons."""
-    _ok, lines = node.run(probe_command(gpus))
+def check_node(
+    node: Node, gpus: Mapping[str, Any], timeout_s: float | None = None
+) -> tuple[dict[str, Any], list[Reason]]:
+    """Run the probe on ``node`` (whose GPU facts are ``gpus``), stopped after ``timeout_s`` if given;
+    what it found and the reasons."""
+    _ok, lines = node.run(probe_command(gpus, timeout_s))
     health = parse("\n".join(lines), nvswitches=int(gpus.get("nvswitches") or 0))
     return health, findings(node.name, health)
 

@@ -14,37 +14,93 @@ Example::
 
     ok, lines = node.run(probe_command("ray-node", gpus))
     reasons = preflight_reasons("gpu-1", settings, gpus, parse_probe(lines))
+    found, reasons = check_node(node, "ray-node", settings, gpus, cap_s=300)   # both, bounded
 """
 
 from __future__ import annotations
 
 import shlex
+import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from . import gpu_health
+from .node import Node
 from .verdict import FAIL, INFO, WARN, Reason
 
 MIN_SHM_BYTES = 512 * 2**20  # below this, Ray's object store spills to disk: worth a warning
+MIN_HEALTH_S = 5  # the GPU health probe is not started with less of the node's preflight cap left
 
 # $1 the container, $2 the GPUs on the PCI bus, $3 the NVSwitches: one KEY=VALUE line per reading.
+# Ray's version from its package metadata: importing Ray costs a CPU-second, 20 s on a starved node.
 PROBE_SCRIPT = r"""
 c="$1"
 echo "RUNNING=$(docker inspect --format '{{.State.Running}}' "$c" 2>/dev/null || echo missing)"
-echo "RAY_VERSION=$(docker exec "$c" python -c 'import ray; print(ray.__version__)' 2>/dev/null)"
+echo "RAY_VERSION=$(docker exec "$c" python -c 'import importlib.metadata as m; print(m.version("ray"))' 2>/dev/null)"
 echo "SHM_KB=$(docker exec "$c" df -k /dev/shm 2>/dev/null | awk 'NR==2 {print $2}')"
 if [ "$2" -gt 0 ]; then echo "CONTAINER_GPUS=$(docker exec "$c" nvidia-smi -L 2>/dev/null | grep -c '^GPU ')"; fi
 if [ "$3" -gt 0 ]; then echo "FABRICMANAGER=$(systemctl is-active nvidia-fabricmanager 2>/dev/null)"; fi
 """
 
 
-def probe_command(container: str, gpus: Mapping[str, Any]) -> str:
+def probe_command(container: str, gpus: Mapping[str, Any], timeout_s: float | None = None) -> str:
     """The shell command that reads the container side of one node's preflight.
+
+    With ``timeout_s``, ``timeout`` stops it after that many seconds, and its last line says how
+    it ended (``PROBE_EXIT=124`` when stopped: :func:`probe_stopped`).
 
     >>> probe_command("ray-node", {"pci_count": 0, "nvswitches": 0, "driver": None})[-14:]
     '_ ray-node 0 0'
+    >>> probe_command("ray-node", {"pci_count": 0, "nvswitches": 0}, timeout_s=60)[:17]
+    'timeout -k 5 60 s'
     """
     args = [shlex.quote(container), str(int(gpus["pci_count"])), str(int(gpus["nvswitches"]))]
-    return f"sh -c {shlex.quote(PROBE_SCRIPT)} _ {' '.join(args)}"
+    command = f"sh -c {shlex.quote(PROBE_SCRIPT)} _ {' '.join(args)}"
+    if timeout_s is None:
+        return command
+    return f"timeout -k 5 {max(1, int(timeout_s))} {command}; echo PROBE_EXIT=$?"
+
+
+def probe_stopped(probe: Mapping[str, str]) -> bool:
+    """Whether ``timeout`` stopped the probe (:func:`parse_probe` of its lines).
+
+    >>> probe_stopped({"running": "true", "probe_exit": "124"}), probe_stopped({"probe_exit": "0"})
+    (True, False)
+    """
+    return probe.get("probe_exit") in ("124", "137")
+
+
+def check_node(
+    node: Node, container: str, settings: Mapping[str, Any], gpus: Mapping[str, Any], cap_s: float
+) -> tuple[dict[str, Any], list[Reason]]:
+    """One node's preflight within ``cap_s`` seconds: the probe, then on a node with GPUs its GPU
+    health (:mod:`checks.gpu_health`) in what is left. What was read (for the report) and the reasons.
+
+    A probe that ``timeout`` stopped is one FAIL naming the node, not the readings it did not finish.
+    """
+    started = time.monotonic()
+    _ok, lines = node.run(probe_command(container, gpus, timeout_s=cap_s))
+    probe = parse_probe(lines)
+    stopped = probe_stopped(probe)
+    probe.pop("probe_exit", None)
+    found: dict[str, Any] = {"gpus": dict(gpus), **probe}
+    if stopped:
+        return found, [Reason(FAIL, f"preflight did not answer in {cap_s:g} s", host=node.name)]
+    reasons = preflight_reasons(node.name, settings, gpus, probe)
+    if int(gpus.get("pci_count") or 0) > 0:
+        left = cap_s - (time.monotonic() - started)
+        if left < MIN_HEALTH_S:
+            reasons.append(Reason(WARN, f"GPU health not read: the preflight's {cap_s:g} s ran out", host=node.name))
+            return found, reasons
+        began = time.monotonic()
+        found["gpu_health"], health = gpu_health.check_node(node, gpus, timeout_s=left)
+        reasons += health
+        if time.monotonic() - began >= left - 1:
+            reasons.append(
+                Reason(WARN, f"GPU health probe stopped after {left:.0f} s (checks_node_timeout_s, or the "
+                             "checks' budget): the sections it did not finish are missing", host=node.name)
+            )  # fmt: skip
+    return found, reasons
 
 
 def parse_probe(lines: Iterable[str]) -> dict[str, str]:

@@ -319,6 +319,12 @@ PROPERTIES: dict[str, dict[str, Any]] = {
     "checks_membw_min_fraction": _FRACTION,
     "checks_outlier_fraction": _FRACTION,
     "checks_timeout_s": {"type": "integer", "minimum": 30, "x-expected": "a number of seconds of at least 30"},
+    "checks_peer_timeout_factor": {
+        "type": "number",
+        "minimum": 1.5,
+        "x-expected": "a number of at least 1.5 (times the peers' median)",
+    },
+    "checks_node_timeout_s": {"type": "integer", "minimum": 10, "x-expected": "a number of seconds of at least 10"},
     "checks_report_dir": {"type": "string", "pattern": _LOCAL_PATH, "x-expected": "a folder path"},
     "ray_cluster_name": {"type": "string", "pattern": _NAME, "x-expected": "a name of letters, digits, . _ -"},
     "base_wait_timeout_s": {"type": "integer", "minimum": 0, "x-expected": "a non-negative number of seconds"},

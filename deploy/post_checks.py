@@ -21,6 +21,7 @@ settings and GPU facts, and prints what they found.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import IO, Any
 
@@ -32,6 +33,7 @@ from pyinfra.connectors.fake import FakeConnector
 
 from checks import report
 from checks.cluster import run_checks as run_cluster_checks
+from checks.fanout import MAX_WORKERS
 from checks.quick import run_quick_checks
 from checks.verdict import FAIL, Verdict
 from deploy.facts import NvidiaDevices, fact
@@ -170,6 +172,15 @@ class PyinfraNode:
             self.host.run_shell_command(StringCommand("rm", "-rf", "--", path), **AS_SSH_USER)
 
 
+def gpu_facts(hosts: list[Any]) -> dict[str, Any]:
+    """Each host's GPU facts, read from every host at once (gevent's greenlets under pyinfra), by host name
+    in the hosts' order. Read afresh, not through the deploy's per-run memo: the deploy may have just
+    installed the driver."""
+    with ThreadPoolExecutor(max_workers=max(1, min(MAX_WORKERS, len(hosts)))) as pool:
+        facts = list(pool.map(lambda h: h.get_fact(NvidiaDevices), hosts))
+    return {h.name: found for h, found in zip(hosts, facts, strict=True)}
+
+
 def _say(line: str) -> None:
     click.echo(line, err=True)
 
@@ -195,8 +206,7 @@ def run_checks(state: Any, always: bool = False) -> Verdict:
         auto = [h for h in hosts if h.connected and settings[h.name]["ray_num_gpus"] == "auto"]
         run = run_quick_checks(nodes, head_node, settings, {h.name: fact(h, NvidiaDevices) for h in auto}, _say, why)
     else:
-        # read afresh, not through the deploy's per-run memo: the deploy may have just installed the driver
-        gpus = {h.name: h.get_fact(NvidiaDevices) for h in hosts if h.connected}
+        gpus = gpu_facts([h for h in hosts if h.connected])
         run = run_cluster_checks(nodes, head_node, settings, gpus, _say, why)
     report_phases(state, run.json_path)
     click.echo(report.render(run.result, run.verdict))

@@ -13,12 +13,15 @@ import shlex
 import subprocess
 import sys
 import tarfile
+import threading
+import time
 from pathlib import Path
 from typing import IO, Any
 
 import pytest
 
-from checks import cluster, report
+from checks import cluster, report, run_budget
+from checks.deadlines import Budget
 from checks.node import Node
 from checks.verdict import FAIL, INFO, WARN, Reason
 from deploy.settings import merge
@@ -35,7 +38,14 @@ def test_benchmark_command_passes_thresholds_aliases_and_expected_nodes():
     command = cluster.benchmark_command("ray-node", settings, {"10.0.0.2": "w1"}, ["10.0.0.2", "10.0.0.1"], DIRS)
     run = next(part for part in command.split(" && ") if "checks.benchmark" in part)
     args = shlex.split(run.split("; status=")[0])
-    assert args[:8] == ["docker", "exec", "--workdir", D, "ray-node", "python", "-m", "checks.benchmark"]
+    # stopped on the head a margin after the budget, and inside the container at it
+    assert args[:4] == ["timeout", "-k", "10", "920"]
+    assert args[4:9] == ["docker", "exec", "--workdir", D, "ray-node"]
+    assert args[9:14] == ["sh", "-c", cluster.BOUNDED, "_", "900"]
+    assert args[14:17] == ["python", "-m", "checks.benchmark"]
+    assert args[args.index("--budget") + 1] == "880"  # the benchmark aims to end before the kill
+    assert args[args.index("--peer-factor") + 1] == "3"
+    assert args[args.index("--timeout") + 1] == "300"  # checks_node_timeout_s, no longer the whole budget
     assert "--quick" in args
     assert args[args.index("--expect-nodes") + 1] == "10.0.0.1,10.0.0.2"
     assert args[args.index("--outlier-fraction") + 1] == "0.8"
@@ -43,7 +53,17 @@ def test_benchmark_command_passes_thresholds_aliases_and_expected_nodes():
     assert args[args.index("--host-alias") + 1] == "10.0.0.2=w1"
     assert args[args.index("--out") + 1] == f"{D}/report.json"
     assert f"docker cp ray-node:{D}/report.json {H}/report.json" in command.split(" && ")
+    assert "echo RAYRIG_BENCHMARK_EXIT=$status" in command.split(" && ")
     assert "--quick" not in cluster.benchmark_command("ray-node", merge({}), {}, ["10.0.0.1"], DIRS)
+
+
+def test_the_benchmark_command_gets_what_is_left_of_the_budget_and_the_node_settings():
+    settings = merge({"checks_peer_timeout_factor": 2.5, "checks_node_timeout_s": 60})
+    command = cluster.benchmark_command("ray-node", settings, {}, ["10.0.0.1"], DIRS, left_s=400.7)
+    args = shlex.split(command.split("; status=")[0])
+    assert args[:4] == ["timeout", "-k", "10", "420"]
+    assert args[args.index("--budget") + 1] == "380"
+    assert (args[args.index("--peer-factor") + 1], args[args.index("--timeout") + 1]) == ("2.5", "60")
 
 
 def test_package_tarball_holds_the_checks_package_with_its_programs():
@@ -114,8 +134,11 @@ def test_combined_verdict_fails_on_preflight_even_when_the_benchmark_passes():
 @pytest.mark.parametrize("expected", [["10.0.0.1"], ["10.0.0.2", "10.0.0.1"]])
 def test_cluster_state_command_runs_the_module_from_the_copied_package(expected):
     args = shlex.split(cluster.cluster_state_command("ray-node", expected, wait_s=30, workdir=D))
-    assert args[:8] == ["docker", "exec", "--workdir", D, "ray-node", "python", "-m", "checks.cluster_state"]
-    assert args[8:] == ["--expect", ",".join(sorted(expected)), "--wait", "30"]
+    assert args[:4] == ["timeout", "-k", "10", "60"]  # the wait and Python's start
+    assert args[4:12] == ["docker", "exec", "--workdir", D, "ray-node", "python", "-m", "checks.cluster_state"]
+    assert args[12:] == ["--expect", ",".join(sorted(expected)), "--wait", "30"]
+    bounded = shlex.split(cluster.cluster_state_command("ray-node", expected, wait_s=30, workdir=D, limit_s=40))
+    assert bounded[:4] == ["timeout", "-k", "10", "40"]  # what is left of the budget
 
 
 def test_the_storage_command_is_bounded_and_carries_the_mounts_as_json():
@@ -127,6 +150,8 @@ def test_the_storage_command_is_bounded_and_carries_the_mounts_as_json():
     assert config["mounts"] == mounts
     assert (config["read_wait_s"], config["task_timeout_s"], config["require_mount"]) == (5, 10, True)
     assert cluster.shared_storage.check_timeout() >= 4 * cluster.shared_storage.TASK_TIMEOUT_S
+    bounded = shlex.split(cluster.storage_command("ray-node", mounts, workdir=D, limit_s=42))
+    assert bounded[:4] == ["timeout", "-k", "10", "42"]  # what is left of the budget, when less
 
 
 @pytest.mark.slow
@@ -258,6 +283,9 @@ def test_a_healthy_cluster_passes_in_order_and_the_report_is_saved(tmp_path):
     assert saved["storage"]["hosts"] == {HEAD_IP: "head", WORKER_IP: "w1"}
     assert saved["verdict"]["status"] == "PASS" and saved["verdict"]["thresholds"]["outlier_fraction"] == 0.9
     assert saved["devices"] == BENCH["devices"]
+    assert saved["budget"]["total_s"] == 900 and 0 <= saved["budget"]["spent_s"] < 5
+    assert set(saved["budget"]["by_part"]) == {"preflight", "cluster_state", "storage", "benchmark"}
+    assert all(seconds is not None for seconds in saved["budget"]["by_part"].values())
     assert outcome.plot_path is None or outcome.plot_path.exists()
     assert report.latest_checks("lab", tmp_path).startswith("==> checks: PASS; report ")
 
@@ -277,7 +305,7 @@ def test_a_host_outside_the_run_and_a_head_that_answers_nothing(tmp_path):
     assert (FAIL, "could not read the cluster state from the head container", None) in found
     assert (FAIL, "the benchmark did not produce a report", None) in found
     assert outcome.verdict.status == FAIL
-    assert ("get", f"{H}/report.json") not in head.calls  # a failed run's report is not read
+    assert ("get", f"{H}/report.json") in head.calls  # a failed run's report is looked for: there was none
     assert head.calls[-1][0] == "cleanup"  # a failed run's directories go too
     saved = json.loads(outcome.json_path.read_text())
     assert (saved["cluster_state"], saved["storage"]) == (None, None)
@@ -298,7 +326,7 @@ def test_detected_gpus_stand_for_auto_in_the_cluster_totals(tmp_path):
     found = [(r.level, r.message) for r in outcome.verdict.reasons]
     assert (INFO, "4 x NVIDIA L4, driver 550") in found
     assert (FAIL, "cluster total GPU is 0, the inventory declares 4") in found
-    assert dict(worker.calls)["probe"].endswith("_ ray-node 4 0")  # the container side knows the GPU count
+    assert "_ ray-node 4 0;" in dict(worker.calls)["probe"]  # the container side knows the GPU count
 
 
 @pytest.mark.parametrize(
@@ -361,3 +389,202 @@ def test_the_head_commands_work_in_a_real_shell(tmp_path):
     assert Path(container_dir, "checks", "cluster_state.py").is_file()
     sh(cluster.cleanup_command("ray-node", host_dir, container_dir))
     assert not Path(host_dir).exists() and not Path(container_dir).exists()
+
+
+# --- the run's budget ----------------------------------------------------------------------------
+
+
+class SlowNode(FakeNode):
+    """A FakeNode whose probe takes ``probe_s`` seconds (None: it answers only when ``release`` is set)."""
+
+    def __init__(self, *args: Any, probe_s: float | None, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.probe_s = probe_s
+        self.release = threading.Event()
+
+    def run(self, command: str, print_output: bool = False) -> tuple[bool, list[str]]:
+        answer = super().run(command, print_output)
+        if self.kind(command) == "probe":
+            if self.probe_s is None:
+                self.release.wait(30)
+            else:
+                time.sleep(self.probe_s)
+        return answer
+
+
+def test_the_preflight_reads_every_node_at_once_and_keeps_the_inventorys_order(tmp_path):
+    probe = (True, ["RUNNING=true", "RAY_VERSION=2.59.0", "PROBE_EXIT=0"])  # every node on the wrong Ray
+    nodes = [SlowNode(f"n{i}", f"10.0.0.{i}", {"probe": probe, "cluster_state": alive()}, report=BENCH,
+                      probe_s=2.0 - 0.5 * i) for i in range(1, 4)]  # fmt: skip
+    every = {n.name: settings(tmp_path) for n in nodes}
+
+    started = time.monotonic()
+    outcome, _ = run(nodes, every, {n.name: NO_GPUS for n in nodes})
+
+    assert time.monotonic() - started < 3  # three probes of up to 2 s, not 4.5 s one after another
+    saved = json.loads(outcome.json_path.read_text())
+    assert saved["budget"]["by_part"]["preflight"] < 3
+    assert list(saved["preflight"]) == ["n1", "n2", "n3"]  # n3 answered first, n1 last
+    wrong_ray = [r.host for r in outcome.verdict.reasons if r.message.startswith("Ray 2.59.0")]
+    assert wrong_ray == ["n1", "n2", "n3"]
+    assert "probe_exit" not in saved["preflight"]["n1"]  # how the probe ended is not a reading
+
+
+def test_a_node_whose_preflight_never_answers_is_named_and_the_run_goes_on(tmp_path, monkeypatch):
+    monkeypatch.setattr(cluster, "PROBE_GRACE_S", 0.5)
+    head = FakeNode("head", HEAD_IP, {"probe": RUNNING, "cluster_state": alive(HEAD_IP, WORKER_IP)}, report=BENCH)
+    worker = SlowNode("w1", WORKER_IP, {"probe": RUNNING}, probe_s=None)
+    every = {"head": settings(tmp_path, checks_node_timeout_s=1), "w1": settings(tmp_path)}
+    try:
+        started = time.monotonic()
+        outcome, _ = run([head, worker], every, {"head": NO_GPUS, "w1": NO_GPUS})
+        took = time.monotonic() - started
+    finally:
+        worker.release.set()
+
+    assert took < 5  # a node cap of 1 s, and the connection's grace: not a hang
+    assert "timeout -k 5 1 sh -c" in dict(worker.calls)["probe"]  # the probe itself is bounded on the node
+    [late] = [r for r in outcome.verdict.reasons if r.host == "w1"]
+    assert late.level == FAIL and late.message.startswith("preflight did not answer in 1.")
+    assert "benchmark" in dict(head.calls)  # the run went on without it
+    saved = json.loads(outcome.json_path.read_text())
+    assert saved["preflight"]["w1"]["error"].startswith("no answer in ")
+
+
+def test_a_probe_that_timeout_stopped_is_one_fail_naming_the_node(tmp_path):
+    stopped = (False, ["RUNNING=true", "PROBE_EXIT=124"])  # it got as far as the container's state
+    head = FakeNode("head", HEAD_IP, {"probe": RUNNING, "cluster_state": alive(HEAD_IP, WORKER_IP)}, report=BENCH)
+    worker = FakeNode("w1", WORKER_IP, {"probe": stopped})
+    every = {"head": settings(tmp_path, checks_node_timeout_s=120), "w1": settings(tmp_path)}
+
+    outcome, _ = run([head, worker], every, {"head": NO_GPUS, "w1": NO_GPUS})
+
+    assert dict(worker.calls)["probe"].startswith("timeout -k 5 120 sh -c ")
+    assert [(r.level, r.message) for r in outcome.verdict.reasons if r.host == "w1"] == [
+        (FAIL, "preflight did not answer in 120 s")  # not "Ray no Ray in the container"
+    ]
+
+
+def test_the_gpu_health_probe_runs_within_the_nodes_cap(tmp_path):
+    driver = {"count": 1, "models": ["NVIDIA L4"], "driver_version": "550", "memory_mib": [23034]}
+    one = {"pci_count": 1, "nvswitches": 0, "driver": driver}
+    head = FakeNode("head", HEAD_IP, {"probe": (True, [*RUNNING[1], "CONTAINER_GPUS=1"]),
+                                      "cluster_state": alive(HEAD_IP, GPU=1.0)}, report=BENCH)  # fmt: skip
+    outcome, _ = run([head], {"head": settings(tmp_path, ray_num_gpus=1, checks_node_timeout_s=90)}, {"head": one})
+    health = dict(head.calls)["gpu_health"]
+    limit = int(health.split()[3])
+    assert health.startswith("timeout -k 5 ") and 85 <= limit <= 90  # what the probe left of the 90 s
+    assert "gpu_health" in json.loads(outcome.json_path.read_text())["preflight"]["head"]
+
+
+def _budget_spent_after(monkeypatch: pytest.MonkeyPatch, kind: str | None) -> None:
+    """The checks' budget is all but spent at the start (``kind`` None) or once the head has run a
+    command of that kind."""
+    budgets: list[Budget] = []
+
+    def budget(total_s: float) -> Budget:
+        budgets.append(Budget(total_s, started=time.monotonic() - (total_s - 5 if kind is None else 0)))
+        return budgets[-1]
+
+    def run_head(self: FakeNode, command: str, print_output: bool = False) -> tuple[bool, list[str]]:
+        answer = FakeNode.run(self, command, print_output)
+        if self.kind(command) == kind:
+            budgets[0].started -= budgets[0].total_s - 5  # it took all but 5 s of the budget
+        return answer
+
+    monkeypatch.setattr(cluster, "Budget", budget)
+    monkeypatch.setattr(FakeNode, "run_head", run_head, raising=False)
+
+
+@pytest.mark.parametrize(
+    "spent_after,not_run,ran",
+    [
+        (None, ["cluster state", "shared storage", "benchmark"], []),
+        ("cluster_state", ["shared storage", "benchmark"], ["cluster_state"]),
+        ("storage", ["benchmark"], ["cluster_state", "storage"]),
+    ],
+)
+def test_parts_with_no_budget_left_are_not_run_and_say_so(tmp_path, monkeypatch, spent_after, not_run, ran):
+    _budget_spent_after(monkeypatch, spent_after)
+
+    class Head(FakeNode):
+        def run(self, command: str, print_output: bool = False) -> tuple[bool, list[str]]:
+            return self.run_head(command, print_output)  # type: ignore[attr-defined]
+
+    share = {"storage_nfs_mounts": [{"server": "head", "export": "/srv", "path": "/mnt/shared"}]}
+    head = Head("head", HEAD_IP, {"probe": RUNNING, "cluster_state": alive(HEAD_IP)}, report=BENCH)
+    outcome, _ = run([head], {"head": settings(tmp_path, **share)}, {"head": NO_GPUS})
+
+    kinds = [kind for kind, _ in head.calls]
+    assert [k for k in ("cluster_state", "storage", "benchmark") if k in kinds] == ran
+    assert kinds[-1] == "cleanup"
+    budget_fails = [r.message for r in outcome.verdict.reasons if "ran out" in r.message]
+    assert [m.split(":")[0] for m in budget_fails] == not_run
+    assert all(r.level == FAIL for r in outcome.verdict.reasons if "ran out" in r.message)
+    first = budget_fails[0]
+    assert ": not run: the checks' budget of 900 s (checks_timeout_s) ran out (preflight " in first
+    assert first.endswith("; raise checks_timeout_s, or look at the slow part named above")
+    saved = json.loads(outcome.json_path.read_text())
+    assert saved["budget"]["by_part"]["benchmark"] is None
+    assert saved["budget"]["spent_s"] >= 895
+    assert outcome.verdict.status == FAIL
+
+
+@pytest.mark.parametrize("status", [124, 137])
+def test_a_benchmark_stopped_at_the_budget_leaves_its_partial_report(tmp_path, status):
+    partial = {key: BENCH[key] for key in ("mode", "cpu_only", "devices")}  # the devices phase only
+    head = FakeNode("head", HEAD_IP, {"probe": RUNNING, "cluster_state": alive(HEAD_IP),
+                                      "benchmark": (False, ["a line", f"RAYRIG_BENCHMARK_EXIT={status}"])},
+                    report=partial)  # fmt: skip
+    outcome, _ = run([head], {"head": settings(tmp_path)}, {"head": NO_GPUS})
+
+    assert ("get", f"{H}/report.json") in head.calls  # fetched whatever the exit status
+    found = [(r.level, r.message) for r in outcome.verdict.reasons]
+    assert (FAIL, "the benchmark was stopped at the checks' budget (900 s, checks_timeout_s); "
+                  "the report holds the phases it finished") in found  # fmt: skip
+    assert (FAIL, "the benchmark did not produce a report") not in found
+    saved = json.loads(outcome.json_path.read_text())
+    assert saved["devices"] == BENCH["devices"]
+
+
+def test_a_benchmark_that_fails_on_its_own_is_not_said_to_be_stopped(tmp_path):
+    head = FakeNode("head", HEAD_IP, {"probe": RUNNING, "cluster_state": alive(HEAD_IP),
+                                      "benchmark": (True, ["RAYRIG_BENCHMARK_EXIT=1"])}, report=BENCH)  # fmt: skip
+    outcome, _ = run([head], {"head": settings(tmp_path)}, {"head": NO_GPUS})
+    assert not [r for r in outcome.verdict.reasons if "stopped at the checks' budget" in r.message]
+
+
+def test_the_benchmark_command_stops_a_hung_benchmark_and_still_copies_its_report(tmp_path):
+    """The real command, run by sh, with a docker that runs the container's command here and a python
+    that writes a partial report and then hangs."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "docker").write_text(
+        "#!/bin/sh\n"
+        'if [ "$1" = exec ]; then shift\n'
+        '  while [ "${1#--}" != "$1" ]; do shift 2; done\n'
+        '  shift; exec "$@"\n'
+        "fi\n"
+        '[ "$1" = cp ] && exec cp "${2#*:}" "${3#*:}"\n'
+        "exit 2\n"
+    )
+    (bin_dir / "python").write_text(
+        "#!/bin/sh\n"
+        'while [ "$1" != --out ]; do shift; done\n'
+        'echo \'{"devices": [], "phase": "devices"}\' > "$2"\n'
+        "exec sleep 60\n"
+    )
+    for name in ("docker", "python"):
+        (bin_dir / name).chmod(0o755)
+    host_dir, container_dir = tmp_path / "host", tmp_path / "container"
+    host_dir.mkdir()
+    container_dir.mkdir()
+    command = cluster.benchmark_command("ray-node", merge({}), {}, ["10.0.0.1"],
+                                        cluster.HeadDirs(str(host_dir), str(container_dir)), left_s=2)  # fmt: skip
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    started = time.monotonic()
+    done = subprocess.run(["sh", "-c", command], env=env, capture_output=True, text=True, timeout=60)
+    assert time.monotonic() - started < 15  # stopped at 2 s inside the "container"
+    assert done.returncode == 124
+    assert run_budget.exit_status(done.stdout.splitlines()) == 124
+    assert json.loads((host_dir / "report.json").read_text())["phase"] == "devices"

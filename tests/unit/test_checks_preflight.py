@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import shlex
 import subprocess
+import sys
+import time
 
 from checks import preflight
 from checks.verdict import FAIL, INFO, WARN
@@ -128,3 +130,74 @@ def test_cluster_state_names_a_missing_node_and_a_wrong_total():
     assert (FAIL, "cluster total b is 0, the inventory declares 1") in found
     missing = next(r for r in preflight.cluster_reasons(DECLARED, state) if "alive" in r.message)
     assert missing.host == "w1"
+
+
+def test_the_probe_reads_rays_version_from_its_metadata_without_importing_ray(tmp_path):
+    """Importing Ray costs about a CPU-second: 20 s on a node starved of CPU. Here importing it fails."""
+    site = tmp_path / "site"
+    (site / "ray").mkdir(parents=True)
+    (site / "ray" / "__init__.py").write_text("raise SystemExit('imported ray')\n")
+    (site / "ray-2.60.0.dist-info").mkdir()
+    (site / "ray-2.60.0.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: ray\nVersion: 2.60.0\n")
+    (tmp_path / "python").symlink_to(sys.executable)
+    # a docker whose "container" is this machine: docker exec NAME CMD... runs CMD
+    (tmp_path / "docker").write_text('#!/bin/sh\n[ "$1" = exec ] && { shift 2; exec "$@"; }\necho true\n')
+    (tmp_path / "docker").chmod(0o755)
+    env = {"PATH": f"{tmp_path}:/usr/bin:/bin", "PYTHONPATH": str(site)}
+    done = subprocess.run(preflight.probe_command("c", gpus()), shell=True, capture_output=True, text=True, env=env)
+    assert preflight.parse_probe(done.stdout.splitlines())["ray_version"] == "2.60.0"
+    assert "import ray" not in preflight.PROBE_SCRIPT
+
+
+def test_a_probe_that_hangs_is_stopped_and_says_so(tmp_path):
+    (tmp_path / "docker").write_text("#!/bin/sh\nexec sleep 30\n")  # a container that never answers
+    (tmp_path / "docker").chmod(0o755)
+    command = preflight.probe_command("c", gpus(), timeout_s=1)
+    assert command.startswith("timeout -k 5 1 sh -c ")
+    started = time.monotonic()
+    env = {"PATH": f"{tmp_path}:/usr/bin:/bin"}
+    done = subprocess.run(command, shell=True, capture_output=True, text=True, env=env, timeout=30)
+    assert time.monotonic() - started < 8
+    found = preflight.parse_probe(done.stdout.splitlines())
+    assert preflight.probe_stopped(found)
+    plain = subprocess.run(preflight.probe_command("c", gpus(), timeout_s=5), shell=True, capture_output=True,
+                           text=True, env={"PATH": "/usr/bin:/bin"})  # fmt: skip  # no docker: quick, not stopped
+    assert not preflight.probe_stopped(preflight.parse_probe(plain.stdout.splitlines()))
+
+
+class Node:
+    """A node that answers the probe with ``probe`` and records the commands."""
+
+    name, address = "gpu-1", "10.0.0.2"
+
+    def __init__(self, probe: list[str]):
+        self.probe = probe
+        self.commands: list[str] = []
+
+    def run(self, command: str, print_output: bool = False) -> tuple[bool, list[str]]:
+        self.commands.append(command)
+        return True, self.probe if "RUNNING=" in command else []
+
+
+def test_check_node_bounds_the_probe_and_the_gpu_health_probe_by_the_cap():
+    node = Node(["RUNNING=true", "RAY_VERSION=2.60.0", "CONTAINER_GPUS=8", "PROBE_EXIT=0"])
+    found, reasons = preflight.check_node(node, "ray-node", merge({"ray_num_gpus": 8}), gpus(8), cap_s=120)
+    probe, health = node.commands
+    assert probe.startswith("timeout -k 5 120 sh -c ") and probe.endswith("; echo PROBE_EXIT=$?")
+    assert health.startswith("timeout -k 5 ") and 115 <= int(health.split()[3]) <= 120
+    assert "gpu_health" in found and "probe_exit" not in found
+    assert (INFO, "8 x NVIDIA H100 80GB HBM3, driver 550.54.15") in levels(reasons)
+
+
+def test_a_stopped_probe_is_one_fail_and_no_gpu_health_probe_follows():
+    node = Node(["RUNNING=true", "PROBE_EXIT=124"])
+    found, reasons = preflight.check_node(node, "ray-node", merge({"ray_num_gpus": 8}), gpus(8), cap_s=30)
+    assert levels(reasons) == [(FAIL, "preflight did not answer in 30 s")]
+    assert len(node.commands) == 1 and found["running"] == "true"
+
+
+def test_with_no_time_left_for_it_the_gpu_health_probe_is_not_started():
+    node = Node(["RUNNING=true", "RAY_VERSION=2.60.0", "CONTAINER_GPUS=8", "PROBE_EXIT=0"])
+    _found, reasons = preflight.check_node(node, "ray-node", merge({"ray_num_gpus": 8}), gpus(8), cap_s=3)
+    assert len(node.commands) == 1
+    assert (WARN, "GPU health not read: the preflight's 3 s ran out") in levels(reasons)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from types import SimpleNamespace
 from typing import Any
 
@@ -44,3 +45,19 @@ def test_the_checks_are_given_the_present_hosts_only(monkeypatch, mode, runner):
     with pytest.raises(Stop):
         post_checks.run_checks(state=Run())
     assert given == {"nodes": ["head", "w1"], "head": "head", "settings": ["head", "w1"]}
+
+
+def test_the_gpu_facts_are_read_from_every_host_at_once_in_the_hosts_order():
+    def slow_host(name: str, seconds: float) -> Any:
+        def get_fact(*args: Any) -> dict:
+            time.sleep(seconds)
+            return {"pci_count": 0, "nvswitches": 0, "driver": None, "read_by": name}
+
+        return SimpleNamespace(name=name, get_fact=get_fact)
+
+    hosts = [slow_host("head", 1.0), slow_host("w1", 0.6), slow_host("w2", 0.2)]
+    started = time.monotonic()
+    facts = post_checks.gpu_facts(hosts)
+    assert time.monotonic() - started < 1.5  # 1.8 s one after another
+    assert list(facts) == ["head", "w1", "w2"]
+    assert [f["read_by"] for f in facts.values()] == ["head", "w1", "w2"]

@@ -10,6 +10,7 @@ from pyinfra.api import Inventory
 
 from deploy import schema, settings
 from deploy.schema import InventoryError, Problem, check_inventory, validate_cluster, validate_host
+from tests.hostile_corpus import HOSTILE
 
 Host = tuple[str, dict[str, Any], str]
 EXPECTED_PACKAGES = "a list of package names (letters, digits, + . _ : = ~ * -; never starting with -)"
@@ -294,6 +295,12 @@ def test_secrets_never_appear_in_problems(key, auth):
         ("docker_log_opts", {"max-file": 3}, "a mapping of json-file log options to strings"),
         ("base_extra_packages", ["htop", ""], EXPECTED_PACKAGES),
         ("base_wait_timeout_s", -1, "a non-negative number of seconds"),
+        ("checks_timeout_s", 10, "a number of seconds of at least 30"),
+        ("checks_peer_timeout_factor", 1, "a number of at least 1.5 (times the peers' median)"),
+        ("checks_peer_timeout_factor", "3", "a number of at least 1.5 (times the peers' median)"),
+        ("checks_peer_timeout_factor", True, "a number of at least 1.5 (times the peers' median)"),
+        ("checks_node_timeout_s", 5, "a number of seconds of at least 10"),
+        ("checks_node_timeout_s", 30.5, "a number of seconds of at least 10"),
     ],
 )
 def test_more_bad_values(key, value, expected):
@@ -472,3 +479,16 @@ def test_checks_mode_is_the_same_on_every_host():
     p = only(validate_cluster([head(checks_mode="quick"), worker(1)]))
     assert (p.key, p.expected) == ("checks_mode", "the same value on every host of the cluster")
     assert "head-1: 'quick'" in p.value and "worker-1: 'auto'" in p.value
+
+
+@pytest.mark.parametrize("key,value", [("checks_peer_timeout_factor", 1.5), ("checks_peer_timeout_factor", 4),
+                                       ("checks_node_timeout_s", 10), ("checks_timeout_s", 30)])  # fmt: skip
+def test_the_checks_bounds_take_their_smallest_sensible_values(key, value):
+    assert validate_cluster([head(**{key: value})]) == []
+
+
+@pytest.mark.parametrize("key", ["checks_timeout_s", "checks_peer_timeout_factor", "checks_node_timeout_s"])
+def test_hostile_strings_in_the_checks_bounds_are_refused_naming_the_key(key):
+    for value in HOSTILE:
+        problems = validate_cluster([head(**{key: value})])
+        assert [(p.host, p.key) for p in problems] == [("head-1", key)], value  # before any operation

@@ -6,13 +6,14 @@ drives it hands it one :class:`checks.node.Node` per host.
 On the operator's machine:
 
 - :mod:`checks.node`: the node interface (run a command, copy a file);
-- :mod:`checks.cluster`: the whole run across the nodes, and the commands the head runs;
+- :mod:`checks.cluster`: the whole run across the nodes, and the commands the head runs, within
+  the run's budget (:mod:`checks.run_budget`), each node's preflight at once (:mod:`checks.fanout`);
 - :mod:`checks.quick`: the quick checks (alive nodes, their resources, one Ray version) in one command;
 - :mod:`checks.preflight`: each node's GPUs and container, the cluster state against the inventory;
 - :mod:`checks.gpu_health`: each GPU's health from the host's tools (nvidia-smi, NVLink, Xid errors,
   DCGM), parsed by :mod:`checks.nvidia_text`;
 - :mod:`checks.shared_storage`: which node has which shared mount, and the round trip's reasons;
-- :mod:`checks.verdict`: PASS / WARN / FAIL with reasons, slow hosts named;
+- :mod:`checks.verdict`: PASS / WARN / FAIL with reasons (:mod:`checks.reasons`), slow hosts named;
 - :mod:`checks.report`: terminal tables, the JSON report, a bus-bandwidth plot, the saved reports.
 
 In the head's ray-node container (``python -m``), from the copy of this package put there:
@@ -21,8 +22,9 @@ In the head's ray-node container (``python -m``), from the copy of this package 
   (the quick checks run it from its source, ``python -c``, copying nothing);
 - :mod:`checks.storage_probe`: the shared-storage round trip through Ray tasks;
 - :mod:`checks.benchmark`: the benchmark's command line, on one machine (``--local``, torch
-  only) or across the Ray cluster (``--cluster``: :mod:`checks.cluster_bench`,
+  only) or across the Ray cluster (``--cluster``: :mod:`checks.cluster_bench`, :mod:`checks.devices`,
   :mod:`checks.allreduce`, :mod:`checks.allreduce_plan`), with :mod:`checks.kernels` (torch measurements),
+  :mod:`checks.deadlines` (the run's budget, deadlines judged against peers),
   :mod:`checks.throttle` (clock event reasons under load),
   :mod:`checks.maths` (nccl-tests formulas, outliers), :mod:`checks.specs` (datasheets) and
   :mod:`checks.progress` (progress lines, versions).

@@ -4,11 +4,10 @@ Runs inside the head's ray-node container and connects to the running cluster
 (``ray.init(address="auto")``). Three phases, each logged to stderr as it starts
 and ends:
 
-1. devices: one GPU-holding actor per GPU (``num_gpus=1``, pinned to its node
-   with a hard NodeAffinitySchedulingStrategy, one per GPU so every GPU is
-   measured exactly once, all at the same time) running the kernels; on nodes
-   without GPUs one task per node, holding all its CPUs, runs the fp32 matmul
-   and the memory copy;
+1. devices (:mod:`checks.devices`): one actor per GPU, all at once, running the kernels; on
+   nodes without GPUs one task per node runs the fp32 matmul and the memory copy. A
+   measurement its peers have long finished is stopped, and its node is left out of the
+   later phases (``"left_out"``);
 2. all-reduce (:mod:`checks.allreduce`): rayrig's own rank actors over torch.distributed,
    as Ray Train does underneath, one per GPU (NCCL) or per node on CPU-only clusters
    (gloo), sweeping the message size one size at a time, each with a deadline,
@@ -16,7 +15,11 @@ and ends:
 3. sweep test: a hyperparameter-sweep-shaped burst of small tasks (64 by
    default, ``num_cpus=0.25``, ``num_gpus=0.25`` on GPU clusters,
    ``max_retries=3``, SPREAD) that must all finish and reach every node that
-   has the resources they ask for.
+   has the resources they ask for, stopped when the median task has finished
+   ``2 x peer_factor`` times over.
+
+Every phase stays within the run's ``budget`` (:mod:`checks.deadlines`): a phase with no
+time left is not run, and says so.
 
 GPUs and CPUs that other jobs hold when the benchmark starts (:func:`mark_busy`, after a short
 wait for resources that are just being given back) are left out of all three phases and
@@ -35,17 +38,16 @@ Example::
 
 from __future__ import annotations
 
-import contextlib
 import math
-import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import REPORT_SCHEMA, deadlines, specs, verdict
+from . import REPORT_SCHEMA, deadlines, verdict
 from .allreduce import run_allreduce
 from .deadlines import Budget, PeerClock
+from .devices import free_of, here, run_devices, wait_with_peers
 from .progress import describe, log, phase, versions
 
 DEFAULT_SWEEP_TASKS = 64
@@ -63,17 +65,6 @@ def connect(address: str | None = "auto", **init_kwargs: Any) -> None:
     runtime_env = {"py_modules": [str(Path(__file__).resolve().parent)]}
     init_kwargs.setdefault("log_to_driver", False)
     ray.init(address=address, runtime_env=runtime_env, **init_kwargs)
-
-
-def _here() -> dict[str, Any]:
-    """Where this Ray worker runs: host name, IP, Ray node id."""
-    import ray  # lazy: heavy, and absent where --local runs
-
-    return {
-        "host": socket.gethostname(),
-        "ip": ray.util.get_node_ip_address(),
-        "node_id": ray.get_runtime_context().get_node_id(),
-    }
 
 
 def cluster_nodes() -> list[dict[str, Any]]:
@@ -154,228 +145,15 @@ def mark_busy(nodes: list[dict[str, Any]], wait_s: float = FREE_WAIT_S) -> list[
         time.sleep(1)
 
 
-def _free(node: dict[str, Any], resource: str) -> float:
-    """How much of ``resource`` ("GPU" or "CPU") of ``node`` no other job holds."""
-    if resource == "GPU":
-        return node["num_gpus"] - node.get("busy_gpus", 0)
-    return node["num_cpus"] - node.get("busy_cpus", 0.0)
-
-
 def _node_label(node: dict[str, Any]) -> str:
     return verdict.host_label(node)
-
-
-class GpuBench:
-    """Holds one GPU for its lifetime (``num_gpus=1``) and measures it."""
-
-    def run(self, quick: bool) -> dict[str, Any]:
-        """The kernels on this actor's GPU, as a device entry."""
-        import ray  # lazy: heavy, and absent where --local runs
-
-        from . import kernels  # imports torch
-
-        gpu_ids = ray.get_gpu_ids()
-        entry = kernels.measure_device("cuda:0", quick=quick)
-        entry.update(_here())
-        if gpu_ids:
-            entry["device"] = f"cuda:{gpu_ids[0]}"  # the node's numbering, as nvidia-smi shows it
-        return entry
-
-
-def _cpu_bench(quick: bool) -> dict[str, Any]:
-    """The CPU kernels using every CPU this task holds, as a device entry."""
-    import ray  # lazy: heavy, and absent where --local runs
-    import torch
-
-    from . import kernels  # imports torch
-
-    cpus = ray.get_runtime_context().get_assigned_resources().get("CPU", 1)
-    torch.set_num_threads(max(1, int(cpus)))
-    entry = kernels.measure_device("cpu", quick=quick)
-    entry.update(_here())
-    return entry
-
-
-#: Rounds of CPU measurements per node (plus the last one); each node keeps its best.
-CPU_ROUNDS = 2
-
-
-def _best_round(entries: list[dict[str, Any]]) -> dict[str, Any]:
-    """The round with the highest matmul rate, with every round's rate recorded."""
-    rates = [(e.get("matmul") or {}).get("tflops") or 0.0 for e in entries]
-    best = dict(entries[max(range(len(entries)), key=rates.__getitem__)])
-    best["matmul"] = {**best["matmul"], "rounds_tflops": rates}
-    return best
-
-
-def _error_entry(node: dict[str, Any], device: str, kind: str, error: str) -> dict[str, Any]:
-    return {
-        "host": node["host"],
-        "ip": node["ip"],
-        "node_id": node["node_id"],
-        "device": device,
-        "kind": kind,
-        "model": "unknown",
-        "error": error,
-    }
-
-
-def _wait_with_peers(
-    refs: list[Any], clock: PeerClock, started: float, budget: Budget | None
-) -> tuple[dict[Any, float], list[Any]]:
-    """Wait for ``refs`` (measurements that started together at ``started``) until each is done or
-    late by ``clock``; their seconds by ref, and the refs still running at the deadline."""
-    import ray  # lazy: heavy, and absent where --local runs
-
-    done: dict[Any, float] = {}
-    running = list(refs)
-    while running:
-        elapsed = time.monotonic() - started
-        deadline = clock.deadline_s() if budget is None else min(clock.deadline_s(), elapsed + budget.left())
-        if elapsed >= deadline:
-            break
-        ready, running = ray.wait(running, num_returns=1, timeout=min(1.0, deadline - elapsed))
-        for ref in ready:
-            done[ref] = time.monotonic() - started
-            clock.finished(done[ref])
-    return done, running
-
-
-def _stopped_entry(node: dict[str, Any], device: str, kind: str, clock: PeerClock, started: float,
-                   what: str) -> dict[str, Any]:  # fmt: skip
-    """The device entry of a measurement stopped at its deadline: no figures, and why it stopped."""
-    entry = _error_entry(node, device, kind, "")
-    del entry["error"]
-    entry["stopped"] = {**clock.late(time.monotonic() - started), "what": what}
-    log(f"devices: {_node_label(node)} {device}: {deadlines.did_not_finish(entry['stopped'], what)}: stopped")
-    return entry
-
-
-def run_devices(
-    nodes: list[dict[str, Any]],
-    quick: bool = False,
-    timeout_s: float = 600,
-    peer_factor: float = deadlines.DEFAULT_PEER_FACTOR,
-    budget: Budget | None = None,
-) -> list[dict[str, Any]]:
-    """Phase 1: every GPU measured by its own actor (all at once), every GPU-less node by one task.
-
-    A measurement still running when the median one has finished ``peer_factor`` times over (or
-    after ``timeout_s`` when peers cannot judge, or when ``budget`` runs out) is stopped: its
-    entry says so under ``"stopped"``, and :func:`run_cluster` leaves its node out of the later phases.
-    """
-    import ray  # lazy: heavy, and absent where --local runs
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-    gpu_actor = ray.remote(GpuBench)
-    cpu_task = ray.remote(_cpu_bench)
-    gpus: list[tuple[Any, dict[str, Any], str]] = []  # (actor, node, device)
-    cpu_nodes: list[tuple[Any, dict[str, Any]]] = []  # (task, node)
-    entries: list[dict[str, Any]] = []
-    for node in nodes:
-        pin = NodeAffinitySchedulingStrategy(node_id=node["node_id"], soft=False)
-        if node["num_gpus"]:
-            for index in range(int(_free(node, "GPU"))):  # the GPUs other jobs hold are left out
-                actor = gpu_actor.options(num_gpus=1, num_cpus=0, scheduling_strategy=pin).remote()
-                gpus.append((actor, node, f"gpu #{index}"))
-        elif node["num_cpus"] >= 1:
-            if _free(node, "CPU") < 1:
-                continue  # every CPU held by other jobs: left out, and reported
-            task = cpu_task.options(num_cpus=math.floor(_free(node, "CPU")), scheduling_strategy=pin, max_retries=0)
-            cpu_nodes.append((task, node))
-        else:
-            entry = _error_entry(node, "cpu", "cpu", "")
-            del entry["error"]
-            entry["skipped"] = "the node offers Ray no CPU and no GPU (num_cpus=0), so nothing can run there"
-            entries.append(entry)
-    log(f"devices: {len(gpus)} GPUs, {len(cpu_nodes)} CPU-only nodes")
-    if gpus:
-        entries += _gpu_round(gpus, quick, timeout_s, peer_factor, budget)
-    if cpu_nodes:
-        entries += _cpu_rounds(cpu_nodes, quick, timeout_s, peer_factor, budget)
-    for entry in entries:
-        if "matmul" in entry:
-            log(
-                f"devices: {verdict.host_label(entry)} {entry['device']} {entry.get('model')}: "
-                f"{(entry.get('matmul') or {}).get('tflops', float('nan')):.3g} TFLOPS"
-            )
-    specs.annotate(entries)
-    return entries
-
-
-def _gpu_round(gpus: list[tuple[Any, dict[str, Any], str]], quick: bool, timeout_s: float, peer_factor: float,
-               budget: Budget | None) -> list[dict[str, Any]]:  # fmt: skip
-    """Every GPU at once, each on its own actor; late ones stopped by their peers' clock."""
-    import ray  # lazy: heavy, and absent where --local runs
-
-    started = time.monotonic()
-    refs = [actor.run.remote(quick) for actor, _node, _device in gpus]
-    clock = PeerClock(len(refs), factor=peer_factor, cap_s=timeout_s)
-    done, _late = _wait_with_peers(refs, clock, started, budget)
-    entries = []
-    for ref, (actor, node, device) in zip(refs, gpus, strict=True):
-        if ref not in done:
-            entries.append(_stopped_entry(node, device, "gpu", clock, started, f"the measurement of its {device}"))
-        else:
-            try:
-                entries.append(ray.get(ref))
-            except Exception as exc:  # noqa: BLE001 - a failed device is reported, not fatal
-                entries.append(_error_entry(node, device, "gpu", describe(exc)))
-        ray.kill(actor)
-    return entries
-
-
-def _cpu_rounds(cpu_nodes: list[tuple[Any, dict[str, Any]]], quick: bool, timeout_s: float, peer_factor: float,
-                budget: Budget | None) -> list[dict[str, Any]]:  # fmt: skip
-    """Every GPU-less node measured in 1 + ``CPU_ROUNDS`` rounds, each keeping its best.
-
-    The first round runs on every node at once, judged against the peers: it also starts each
-    node's worker and imports torch there, where a starved node shows at once. The later rounds run
-    one node after another: hosts that share cores (VMs on one hypervisor, the local lab) would
-    otherwise measure their contention, and a burst of load elsewhere would single out whichever
-    node it happened to hit. A node that is really slow is slow in every round.
-    """
-    import ray  # lazy: heavy, and absent where --local runs
-
-    started = time.monotonic()
-    refs = [task.remote(quick) for task, _node in cpu_nodes]
-    clock = PeerClock(len(refs), factor=peer_factor, cap_s=timeout_s)
-    done, _late = _wait_with_peers(refs, clock, started, budget)
-    rounds: dict[str, list[dict[str, Any]]] = {}
-    found: dict[str, dict[str, Any]] = {}  # by node id: a stopped or failed node's entry
-    measured = []
-    for ref, (task, node) in zip(refs, cpu_nodes, strict=True):
-        if ref not in done:
-            ray.cancel(ref, force=True)
-            found[node["node_id"]] = _stopped_entry(node, "cpu", "cpu", clock, started, "its CPU measurement")
-            continue
-        try:
-            rounds[node["node_id"]] = [ray.get(ref)]
-            measured.append((task, node))
-        except Exception as exc:  # noqa: BLE001 - a failed node is reported, not fatal
-            found[node["node_id"]] = _error_entry(node, "cpu", "cpu", describe(exc))
-    # the later rounds: each run bounded by the first round's peers (a warm worker is faster still)
-    for _ in range(CPU_ROUNDS):
-        for task, node in measured:
-            if budget is not None and budget.spent():
-                break
-            ref = task.remote(quick)
-            limit = clock.deadline_s() if budget is None else budget.cap(clock.deadline_s())
-            if ray.wait([ref], timeout=limit)[0]:
-                with contextlib.suppress(Exception):  # a failed later round is just not counted
-                    rounds[node["node_id"]].append(ray.get(ref))
-            else:
-                ray.cancel(ref, force=True)
-    for node_id, tried in rounds.items():
-        found[node_id] = _best_round(tried)
-    return [found[node["node_id"]] for _task, node in cpu_nodes]
 
 
 def _trial(index: int, use_gpu: bool, sleep_s: float) -> dict[str, Any]:
     """One "trial" of the sweep: proves it got its share of the node, then sleeps."""
     import ray  # lazy: heavy, and absent where --local runs
 
-    where = _here()
+    where = here()
     if use_gpu:
         import torch  # lazy: heavy, needed only for GPU trials
 
@@ -412,7 +190,7 @@ def run_sweep_test(
     use_gpu = any(n["num_gpus"] > 0 for n in nodes)
     share = {"num_cpus": 0.25, "num_gpus": 0.25 if use_gpu else 0}
     fits = [n for n in nodes if n["num_cpus"] >= share["num_cpus"] and n["num_gpus"] >= share["num_gpus"]]
-    eligible = [n for n in fits if _free(n, "CPU") >= share["num_cpus"] and _free(n, "GPU") >= share["num_gpus"]]
+    eligible = [n for n in fits if free_of(n, "CPU") >= share["num_cpus"] and free_of(n, "GPU") >= share["num_gpus"]]
     if fits and not eligible:
         what = "GPUs" if use_gpu else "CPUs"
         return {"tasks": 0, "completed": 0, "skipped": f"every node's {what} are held by other jobs"}
@@ -426,7 +204,7 @@ def run_sweep_test(
     started = time.monotonic()
     refs = [trial.remote(i, use_gpu, sleep_s) for i in range(tasks)]
     clock = PeerClock(tasks, factor=2 * peer_factor, cap_s=timeout_s)
-    finished, not_ready = _wait_with_peers(refs, clock, started, budget)
+    finished, not_ready = wait_with_peers(refs, clock, started, budget)
     done: list[dict[str, Any]] = []
     failures: list[str] = []
     for ref in refs:
@@ -441,6 +219,9 @@ def run_sweep_test(
     stopped = None
     if not_ready:
         stopped = clock.late(time.monotonic() - started)
+        if stopped["peers_median_s"] is not None and clock.by_peers():
+            floor = f"at least {clock.floor_s:g} s"
+            stopped["source"] = f"2 x checks_peer_timeout_factor x the median task's time ({floor})"
         median = stopped["peers_median_s"]
         then = f"the median task took {median:g} s" if median is not None else "fewer than half finished"
         failures.append(f"{len(not_ready)} tasks did not finish in {stopped['elapsed_s']:g} s ({then})")

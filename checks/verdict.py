@@ -323,8 +323,10 @@ def _check_sweep_test(report: dict[str, Any], reasons: list[Reason]) -> None:
     tasks, completed = data.get("tasks", 0), data.get("completed", 0)
     if completed < tasks or not tasks:
         failures = data.get("failures") or []
-        detail = f"; first failure: {failures[0]}" if failures else ""
-        reasons.append(Reason(FAIL, f"scheduling smoke test incomplete: {completed} of {tasks} tasks finished{detail}"))
+        stopped = data.get("stopped") or {}
+        detail = f"; {failures[-1]}" if stopped and failures else f"; first failure: {failures[0]}" if failures else ""
+        message = f"scheduling smoke test incomplete: {completed} of {tasks} tasks finished{detail}"
+        reasons.append(Reason(FAIL, message, source=stopped.get("source")))
     for host in data.get("missing_nodes") or []:
         reasons.append(
             Reason(FAIL, f"scheduling smoke test: no task ran on {host}, which has the resources for them", host)

@@ -12,7 +12,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from checks import REPORT_SCHEMA, allreduce, benchmark, cluster_bench, kernels  # noqa: E402
+from checks import REPORT_SCHEMA, allreduce, benchmark, cluster_bench, devices, kernels  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -174,7 +174,7 @@ def test_rename_hosts_uses_the_inventory_names() -> None:
 
 def test_a_cpu_node_keeps_its_best_round():
     rounds = [{"host": "w1", "matmul": {"tflops": r}} for r in (0.08, 0.22, 0.2)]
-    best = cluster_bench._best_round(rounds)
+    best = devices._best_round(rounds)
     assert best["matmul"]["tflops"] == 0.22
     assert best["matmul"]["rounds_tflops"] == [0.08, 0.22, 0.2]
     assert rounds[1]["matmul"] == {"tflops": 0.22}  # the inputs are left as they were

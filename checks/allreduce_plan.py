@@ -22,8 +22,8 @@ from .deadlines import BUDGET_SOURCE
 
 FLOOR_S = 30.0  # the shortest deadline of one size: setup (actor start, torch import) dwarfs a 1 MiB all-reduce
 PROGRESS_TIMEOUT_S = 5.0  # how long a rank may take to say how far it got, once a deadline has passed
-SETUP_SOURCE = "the all-reduce's cap (timeout_s): starting the ranks and their process group"
-CAP_SOURCE = "the all-reduce's cap (timeout_s), the longest one size may take"
+SETUP_SOURCE = "checks_node_timeout_s: starting the ranks and their process group"
+CAP_SOURCE = "checks_node_timeout_s, the longest one size may take"
 FIRST_SOURCE = "checks_peer_timeout_factor x the process group's setup time (at least {floor:g} s)"
 NEXT_SOURCE = "checks_peer_timeout_factor x twice the previous size's time (at least {floor:g} s)"
 NO_ANSWER, WAITING = "no answer", "waiting for peers"

@@ -111,24 +111,23 @@ def _fraction(text: str) -> float:
     return value
 
 
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds above 0, got {text}")
-    return value
+def _above(minimum: float, what: str) -> Callable[[str], float]:
+    """An argparse type: a number above ``minimum``, else a usage error that says it expected ``what``."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = minimum
+        if not value > minimum:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text}")
+        return value
+
+    return parse
 
 
-def _factor(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not value > 1:
-        raise argparse.ArgumentTypeError(f"expected a factor above 1 (times the peers' median), got {text}")
-    return value
+_seconds = _above(0, "a number of seconds above 0")
+_factor = _above(1, "a factor above 1 (times the peers' median)")
 
 
 def _bytes(text: str) -> int:

@@ -72,7 +72,8 @@ def test_a_frozen_node_is_stopped_by_its_peers_clock_and_named(two_nodes):
     healthy = next(e for node_id, e in by_node.items() if node_id != two_nodes["frozen"])
     assert healthy["matmul"]["tflops"] > 0 and "stopped" not in healthy
     median = stopped["peers_median_s"]
-    assert median is not None and stopped["deadline_s"] == max(10.0, round(3 * median, 1))
+    # both rounded to 0.1 s in the report: the deadline from the exact median, the median itself
+    assert median is not None and stopped["deadline_s"] == pytest.approx(max(10.0, 3 * median), abs=0.2)
     assert took < stopped["deadline_s"] + 15, f"the phase took {took:.0f} s, past its deadline"
     assert cluster_bench.left_out(entries).keys() == {two_nodes["frozen"]}
 

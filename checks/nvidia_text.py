@@ -20,7 +20,7 @@ Example::
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 _KEY_VALUE = re.compile(r"^(\s*)(\S.*?)\s+:\s?(.*)$")
@@ -179,28 +179,29 @@ _NVLINK_STATE = re.compile(r"^\s*Link (\d+):\s*(.+?)\s*$")
 _NVLINK_ERROR = re.compile(r"^\s*Link (\d+):\s*(.+?):\s*(\d+)\s*$")
 
 
+def _under_gpu_headers(lines: Iterable[str]) -> Iterator[tuple[int, str]]:
+    """The lines of ``nvidia-smi nvlink`` output that follow a ``GPU N: ...`` header, with that N."""
+    gpu: int | None = None
+    for line in lines:
+        header = _NVLINK_GPU.match(line)
+        if header:
+            gpu = int(header.group(1))
+        elif gpu is not None:
+            yield gpu, line
+
+
 def parse_nvlink(state_lines: Iterable[str], error_lines: Iterable[str]) -> dict[int, dict[str, Any]]:
     """``nvidia-smi nvlink -s`` and ``-e`` by GPU index: ``{"links": {n: GB/s | None (inactive)},
     "errors": {n: {"CRC Errors": 0, ...}}}``; GPUs that list no link have no entry."""
     found: dict[int, dict[str, Any]] = {}
-    gpu: int | None = None
-    for line in state_lines:
-        header = _NVLINK_GPU.match(line)
-        if header:
-            gpu = int(header.group(1))
-            continue
+    for gpu, line in _under_gpu_headers(state_lines):
         state = _NVLINK_STATE.match(line)
-        if state and gpu is not None:
+        if state:
             links = found.setdefault(gpu, {"links": {}, "errors": {}})["links"]
             links[int(state.group(1))] = _number(state.group(2)) if "inactive" not in state.group(2).lower() else None
-    gpu = None
-    for line in error_lines:
-        header = _NVLINK_GPU.match(line)
-        if header:
-            gpu = int(header.group(1))
-            continue
+    for gpu, line in _under_gpu_headers(error_lines):
         error = _NVLINK_ERROR.match(line)
-        if error and gpu is not None:
+        if error:
             errors = found.setdefault(gpu, {"links": {}, "errors": {}})["errors"]
             errors.setdefault(int(error.group(1)), {})[error.group(2).strip()] = int(error.group(3))
     return found

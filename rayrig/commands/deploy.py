@@ -10,6 +10,7 @@ import time
 from checks import report
 from cloud import lab
 from deploy.paths import repo_root
+from rayrig.commands.lab import host_count, lab_name
 from rayrig.run import CHECKS_FILE, DEPLOY_FILE, EXIT_USAGE, InventoryFileError, run_pyinfra
 
 
@@ -64,6 +65,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     check.set_defaults(func=check_cmd)
 
     demo = subparsers.add_parser("demo", help="bring up the local lab and deploy a Ray cluster to it")
-    demo.add_argument("--hosts", type=int, default=3, help="hosts in the lab (default: %(default)s)")
-    demo.add_argument("--name", default=os.environ.get("RAYRIG_LAB", lab.DEFAULT_NAME), help="lab name")
+    demo.add_argument("--hosts", type=host_count, default=3, help="hosts in the lab (default: %(default)s)")
+    demo.add_argument("--name", type=lab_name, default=os.environ.get("RAYRIG_LAB", lab.DEFAULT_NAME), help="lab name")
     demo.set_defaults(func=demo_cmd)

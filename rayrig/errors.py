@@ -89,8 +89,10 @@ class Failure:
 
     def lines(self, command: str) -> list[str]:
         """The line ``COMMAND: MESSAGE; HINT``, then the details, indented."""
-        head = f"{command}: {self.message.rstrip().rstrip('.;:')}"
+        head = f"{command}: {self.message.rstrip()}"
         if self.hint:
+            if head.endswith((".", ";", ":")) and not head.endswith(" ."):  # a sentence's end, not `docker build .`
+                head = head[:-1]
             head += f"; {self.hint}"
         return [head, *(f"  {line}" for line in self.details)]
 

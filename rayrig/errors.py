@@ -146,7 +146,8 @@ def explain(exc: BaseException) -> Failure:
     """The line for ``exc``: its own words for rayrig's errors, one line for the libraries' errors,
     and a bug report line for anything else."""
     if isinstance(exc, RayrigError):
-        return Failure(exc.message, exc.hint, exc.status, exc.details)
+        message, rest = _first_and_rest(exc.message)
+        return Failure(message, exc.hint, exc.status, rest + exc.details)
     if isinstance(exc, InventoryFileError):
         return Failure(str(exc), None, exc.status)
     if isinstance(exc, SpecError):

@@ -20,6 +20,7 @@ from images import RAY_VERSION
 from images.stream import CommandError
 from rayrig import dashboard, errors
 from rayrig.cli import main
+from rayrig.commands import deploy as deploy_commands
 from rayrig.commands import image as image_commands
 from rayrig.commands import lab as lab_commands
 
@@ -276,3 +277,13 @@ def test_a_dashboard_inventory_without_a_head_stays_a_usage_error(monkeypatch, c
     monkeypatch.setattr(dashboard, "load_inventory", lambda path: [{"name": "w", "data": {"ray_role": "worker"}}])
     assert main(["dashboard", "inventories/lab.py"]) == 2
     assert "expected exactly one" in one_line(capsys.readouterr().err)
+
+
+def test_a_demo_whose_deploy_fails_is_one_line_that_says_the_lab_stays(monkeypatch, capsys):
+    monkeypatch.setattr(deploy_commands.lab, "up", lambda hosts, name: {"name": name})
+    monkeypatch.setattr(deploy_commands, "run_pyinfra", lambda *a, **k: 1)
+    assert main(["demo", "--name", "lab-x"]) == 1
+    assert one_line(capsys.readouterr().err) == (
+        "rayrig demo: the deploy to lab lab-x failed (pyinfra exit status 1); see pyinfra's output above; "
+        "the lab stays up, and `make demo` again deploys to it"
+    )

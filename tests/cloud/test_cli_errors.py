@@ -130,3 +130,23 @@ def test_a_spec_of_wrong_types_names_each_key_below_one_line(
     assert f"  - {path}: head = 'a': expected a table with instance_type" in "\n".join(details)
     assert all(line.startswith("  - ") for line in details)
     assert calls.names() == []
+
+
+def test_down_goes_on_past_a_deletion_the_endpoint_lacks_and_names_it(
+    write_spec: Callable[..., Path],
+    no_ssh: Any,
+    placement_groups: PlacementGroups,
+    aws: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    ec2.up(load_spec(write_spec()), assume_yes=True, ssh_probe=no_ssh, say=lambda _: None)
+    placement_groups.delete = lambda **_: None  # type: ignore[method-assign]  # DeletePlacementGroup reaches moto
+    forget_connections()  # sessions made from here on answer the deletion with moto's HTML error page
+    capsys.readouterr()
+
+    assert run_cli("cloud", "down", "sprint42") == 1
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.out + captured.err
+    assert f"could not delete: deleting placement group rayrig-sprint42: {aws} answered with something" in captured.out
+    assert "deleting VPC" in captured.out  # the deletions after it went on
+    assert "placement group rayrig-sprint42" in captured.out.split("Still tagged rayrig:cluster=sprint42")[1]

@@ -1,10 +1,13 @@
 """Every ``rayrig`` subcommand, run as a user runs it (``python -m rayrig ...``), fails cleanly.
 
 The subcommands come from walking the command's own argparse tree, so a new one is covered
-without touching this file. Each gets, in its own process:
+without touching this file. Each run is a process of its own: those that fail at run time are
+``python -m rayrig ...`` itself; the many others are forked, as ``python -m rayrig`` runs, from one
+process that imported rayrig once (``rayrig_forks.py``), which keeps the test to seconds. Each
+command gets:
 
-- bad arguments (an unknown option, a missing required argument, a value its option's type
-  refuses): exit 2 and argparse's ``error:`` line;
+- bad arguments (an unknown option, a value its option's type refuses): exit 2 and argparse's
+  ``error:`` line;
 - missing inputs (an inventory, a spec, a folder or file an option names, none of which exists):
   exit 2 and one line that names the missing path;
 - for the commands listed in ``RUNTIME``, valid arguments on a machine where Docker, SSH and AWS
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import json
 import os
 import socket
 import subprocess
@@ -105,8 +109,6 @@ def usage_cases(leaf: argparse.ArgumentParser) -> list[Case]:
         "or NOT_INPUTS (with a valid value) in this test"
     )
     cases = [Case((*path, "--rayrig-no-such-option", *filled), 2, "unrecognized arguments", "unknown option")]
-    if positionals:
-        cases.append(Case(path, 2, "the following arguments are required", "missing argument"))
     for action in leaf._actions:
         if action.option_strings and action.type not in (None, str, Path) and action.dest not in MISSING_OPTION_INPUTS:
             option = action.option_strings[-1]
@@ -136,12 +138,13 @@ def missing_input_cases(leaf: argparse.ArgumentParser) -> list[Case]:
 
 
 def all_cases(wheelhouse: Path) -> list[Case]:
+    """The runs, the slower first (those that fail at run time get further), so that they overlap the others."""
     cases = []
-    for leaf in leaves(build_parser()):
-        cases += usage_cases(leaf) + missing_input_cases(leaf)
     for argv, words in RUNTIME.items():
         argv = tuple(arg.format(wheelhouse=wheelhouse) for arg in argv)
         cases.append(Case(argv, 1, words, "fails at run time", may_run_programs=True))
+    for leaf in leaves(build_parser()):
+        cases += usage_cases(leaf) + missing_input_cases(leaf)
     return cases
 
 
@@ -178,7 +181,8 @@ def machine(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     return env
 
 
-def run(case: Case, env: dict[str, str], calls: Path) -> tuple[Case, int, str, str]:
+def run(case: Case, env: dict[str, str], calls: Path) -> tuple[int, str, str]:
+    """``python -m rayrig ARGV``: its exit status and output."""
     result = subprocess.run(
         [sys.executable, "-m", "rayrig", *case.argv],
         cwd=repo_root(),
@@ -188,7 +192,23 @@ def run(case: Case, env: dict[str, str], calls: Path) -> tuple[Case, int, str, s
         timeout=60,
         stdin=subprocess.DEVNULL,
     )
-    return case, result.returncode, result.stdout, result.stderr
+    return result.returncode, result.stdout, result.stderr
+
+
+def run_forked(cases: list[Case], env: dict[str, str], calls: list[Path]) -> list[tuple[int, str, str]]:
+    """Each case as ``python -m rayrig ARGV`` runs it, in children forked from one process (rayrig_forks.py)."""
+    todo = [{"argv": list(c.argv), "env": {"RAYRIG_TEST_CALLS": str(p)}} for c, p in zip(cases, calls, strict=True)]
+    result = subprocess.run(
+        [sys.executable, str(Path(__file__).with_name("rayrig_forks.py"))],
+        cwd=repo_root(),
+        env={**env, "PYTHONPATH": str(repo_root())},
+        input=json.dumps(todo),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    return [(r["status"], r["stdout"], r["stderr"]) for r in json.loads(result.stdout)]
 
 
 def test_every_command_fails_with_one_line_and_the_documented_exit_status(machine, tmp_path):
@@ -196,13 +216,19 @@ def test_every_command_fails_with_one_line_and_the_documented_exit_status(machin
     commands = {leaf.prog for leaf in leaves(build_parser())}
     assert {"rayrig lab up", "rayrig cloud ls", "rayrig image build", "rayrig dashboard"} <= commands
     assert set(SKIPPED_AT_RUN_TIME) <= commands, "a skipped command is gone: drop it from SKIPPED_AT_RUN_TIME"
+    calls = [tmp_path / f"calls-{i}" for i in range(len(cases))]
+    own = [i for i, case in enumerate(cases) if case.may_run_programs]  # python -m rayrig itself
+    forked = [i for i in range(len(cases)) if i not in own]
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=3) as pool:
+        in_children = pool.submit(run_forked, [cases[i] for i in forked], machine, [calls[i] for i in forked])
+        by_itself = {i: pool.submit(run, cases[i], machine, calls[i]) for i in own}
+        results = dict(zip(forked, in_children.result(), strict=True))
+        results.update({i: future.result() for i, future in by_itself.items()})
 
     problems = []
-    with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
-        runs = [pool.submit(run, case, machine, tmp_path / f"calls-{i}") for i, case in enumerate(cases)]
-        for i, future in enumerate(runs):
-            case, status, out, err = future.result()
-            problems += judge(case, status, out, err, tmp_path / f"calls-{i}")
+    for i, case in enumerate(cases):
+        problems += judge(case, *results[i], calls[i])
     assert not problems, f"{len(problems)} of {len(cases)} runs went wrong:\n" + "\n".join(problems)
 
 

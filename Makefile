@@ -1,13 +1,16 @@
-# rayrig: the two commands are `make demo` and `make test`. Both set up what they need.
+# rayrig: the two commands are `make demo` and `make test`. Both set up what they need:
+# scripts/ensure-lab-tools.sh installs the system's programs (as root with apt) or names them.
 VENV ?= .venv
 PY := $(VENV)/bin/python
 # A CPU build of torch for the tests and the lab image (the default PyPI build is CUDA, several GB).
 TORCH ?= torch==2.13.0
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-fast lint venv docker lab-up lab-down clean
+.PHONY: demo test test-fast lint venv tools test-tools docker lab-up lab-down clean
 
+# Debian and Ubuntu ship python3's venv apart (python3-venv): installed, or named, before it is used.
 $(VENV)/.installed: pyproject.toml
+	@scripts/ensure-lab-tools.sh venv
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test]' '$(TORCH)'
@@ -15,13 +18,20 @@ $(VENV)/.installed: pyproject.toml
 
 venv: $(VENV)/.installed
 
-docker:
+# The lab's programs (Docker, ssh, debootstrap as root); test-tools adds the tests' own, in one go.
+tools:
+	@scripts/ensure-lab-tools.sh lab
+
+test-tools:
+	@scripts/ensure-lab-tools.sh test
+
+docker: tools
 	@scripts/ensure-docker.sh
 
 demo: venv docker
 	$(PY) -m rayrig demo
 
-test: venv docker
+test: venv test-tools docker
 	$(PY) scripts/run_tests.py $(PYTEST_ARGS)
 
 test-fast: venv

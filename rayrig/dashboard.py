@@ -103,7 +103,8 @@ def open_tunnel(plan: dict[str, Any], local_port: int, wait_s: float = 30) -> su
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            detail = (process.stderr.read() if process.stderr else "").strip()
+            said = (process.stderr.read() if process.stderr else "").strip().splitlines()
+            detail = said[-1].strip() if said else "(no message)"
             raise DashboardError(f"ssh to {plan['hostname']} exited with status {process.returncode}: {detail}")
         if _listening(local_port):
             return process

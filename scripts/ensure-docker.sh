@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Make sure a Docker daemon answers on this machine, for the local lab.
-# Starts Debian's or Ubuntu's docker.io where it can; otherwise says exactly what is missing.
+# Starts Debian's or Ubuntu's docker.io where it can (installed by ensure-lab-tools.sh); otherwise says
+# exactly what is missing.
 set -euo pipefail
 
 if docker info >/dev/null 2>&1; then
@@ -8,11 +9,9 @@ if docker info >/dev/null 2>&1; then
 fi
 
 if ! command -v dockerd >/dev/null 2>&1; then
-    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-        echo "==> installing the distribution's Docker engine (docker.io)"
-        apt-get update -qq
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker.io >/dev/null
-    else
+    # Installs docker.io (and the lab's other programs) as root with apt, or says what to install.
+    "$(dirname "$0")/ensure-lab-tools.sh" lab
+    if ! command -v dockerd >/dev/null 2>&1; then
         echo "rayrig needs a Docker engine for the local lab, and none is installed." >&2
         echo "  Debian/Ubuntu: sudo apt-get install docker.io && sudo systemctl start docker" >&2
         echo "  elsewhere:     install Docker Engine and start it, then run this again" >&2

@@ -32,6 +32,7 @@ from botocore.exceptions import (
     SSOError,
     TokenRetrievalError,
 )
+from botocore.parsers import ResponseParserError
 
 #: Where a long operation reports its progress, one line at a time.
 Progress = Callable[[str], None]
@@ -79,6 +80,8 @@ _GONE_CODES = {
     "InvalidVpcID.NotFound", "InvalidAssociationID.NotFound", "Gateway.NotAttached", "InvalidVolume.NotFound",
     "InvalidNetworkInterfaceID.NotFound",
 }  # fmt: skip
+#: What an endpoint answers for an action it does not implement (AWS, LocalStack, moto).
+_UNIMPLEMENTED_CODES = {"InvalidAction", "UnsupportedOperation", "NotImplemented"}
 #: Error codes of a deletion that may succeed once what uses the resource is gone.
 IN_USE_CODES = {"DependencyViolation", "InvalidGroup.InUse", "InvalidPlacementGroup.InUse", "VolumeInUse"}
 
@@ -157,6 +160,14 @@ def connect(region: str | None) -> Aws:
     return aws
 
 
+def default_region() -> str | None:
+    """boto3's own region (``AWS_REGION``, ``AWS_DEFAULT_REGION``, the profile's), or None; asks no one."""
+    try:
+        return aws_session(None).region_name
+    except ProfileNotFound as exc:
+        raise CloudError(f"AWS profile not found: {exc.kwargs.get('profile')} (check AWS_PROFILE)") from None
+
+
 def forget_connections() -> None:
     """Drop the cached sessions and clients (the next ``connect`` makes new ones)."""
     _CONNECTIONS.clear()
@@ -208,6 +219,14 @@ def explain_error(exc: BaseException, doing: str, region: str | None = None) -> 
         line = f"{doing}: cannot reach {url}; check the network (and RAYRIG_AWS_ENDPOINT_URL if set)"
     elif isinstance(exc, ClientError):
         line = _explain_client_error(exc, doing, where)
+    elif isinstance(exc, ResponseParserError):
+        # botocore could not read the answer: not AWS's XML or JSON but, say, an HTML error page of an
+        # endpoint that does not implement the call (moto's server answers so for what it lacks).
+        line = (
+            f"{doing}: {endpoint_url() or 'the AWS endpoint'} answered with something that is not an AWS "
+            f"response ({str(exc).splitlines()[0][:200]}); it may not implement this call: "
+            "check RAYRIG_AWS_ENDPOINT_URL, or use AWS itself"
+        )
     else:
         line = f"{doing}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
     return _scrub(line)
@@ -240,6 +259,11 @@ def _explain_client_error(exc: ClientError, doing: str, where: str) -> str:
         return f"{doing}: the AMI is not available{where} ({code}: {message}); check [ami] in the spec"
     if code in _DENIED_CODES:
         return f"{doing}: not permitted ({code}); the IAM policy of these credentials must allow it"
+    if code in _UNIMPLEMENTED_CODES:
+        return (
+            f"{doing}: {endpoint_url() or 'AWS'} does not implement {exc.operation_name} ({code}: {message}); "
+            "check RAYRIG_AWS_ENDPOINT_URL, or use an endpoint that implements it"
+        )
     return f"{doing}: AWS error {code}: {message}"
 
 
@@ -248,7 +272,7 @@ def aws_step(doing: str, region: str | None = None) -> Iterator[None]:
     """Turn boto3/botocore errors raised inside the block into a one-line ``CloudError``."""
     try:
         yield
-    except (ClientError, BotoCoreError) as exc:
+    except (ClientError, BotoCoreError, ResponseParserError) as exc:
         raise CloudError(explain_error(exc, doing, region)) from None
 
 

@@ -123,6 +123,13 @@ def load_state(name: str) -> dict[str, Any]:
         raise CloudError(f"cannot read {path}: {exc}") from None
 
 
+def recorded_regions() -> list[str]:
+    """The regions of the clusters this machine brought up and has not taken down, sorted."""
+    folder = ec2_state_dir()
+    names = [path.stem for path in folder.glob("*.json")] if folder.is_dir() else []
+    return sorted({region for name in names if (region := load_state(name).get("region"))})
+
+
 def forget_state(name: str) -> None:
     """Remove the record of cluster ``name`` (and ``current`` if it names it)."""
     folder = ec2_state_dir()

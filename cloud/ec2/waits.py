@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
+from botocore.parsers import ResponseParserError
 
 from cloud.ec2.aws import (
     IN_USE_CODES,
@@ -80,7 +81,7 @@ def delete_when_free(aws: Aws, what: str, call: Callable[[], Any], timeout_s: fl
                 continue
             failures.append(explain_error(exc, f"deleting {what}", aws.region))
             return
-        except BotoCoreError as exc:
+        except (BotoCoreError, ResponseParserError) as exc:  # the second: an endpoint that lacks the call
             failures.append(explain_error(exc, f"deleting {what}", aws.region))
             return
 

@@ -42,6 +42,8 @@ from cloud.lab.registry import ensure_pushed, ensure_registry
 from cloud.lab.state import (
     BASE_IMAGE,
     DEFAULT_NAME,
+    MAX_HOSTS,
+    LabError,
     inventory_groups,
     lab_dir,
     load_state,
@@ -56,6 +58,8 @@ from images.stream import Progress
 __all__ = [
     "BASE_IMAGE",
     "DEFAULT_NAME",
+    "MAX_HOSTS",
+    "LabError",
     "down",
     "inventory_groups",
     "lab_dir",
@@ -86,8 +90,8 @@ def up(hosts: int = 3, name: str = DEFAULT_NAME, progress: Progress = print) -> 
     The first call on a machine builds the lab's images (minutes). Progress
     lines, each with the seconds since the start, go to ``progress``.
     """
-    if hosts < 1:
-        raise ValueError(f"a lab needs at least one host, got hosts={hosts}")
+    if not 1 <= hosts <= MAX_HOSTS:
+        raise ValueError(f"a lab has 1 to {MAX_HOSTS} hosts (as many as its /24 holds), got hosts={hosts}")
     lab_dir(name)  # validates the name
     log = _Clock(progress)
     log(f"lab {name}: up with {hosts} hosts")

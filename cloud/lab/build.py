@@ -20,6 +20,7 @@ from cloud.lab.state import (
     REGISTRY_IMAGE,
     ROOTFS_IMAGE,
     SSH_USER,
+    LabError,
     lab_image_tag,
 )
 from deploy.paths import state_dir
@@ -39,9 +40,10 @@ def ensure_rootfs(log: Progress) -> str:
         log("rootfs: pulled debian:bookworm")
         return "debian:bookworm"
     if shutil.which("debootstrap") is None:
-        raise RuntimeError(
-            "cannot pull debian:bookworm and debootstrap is not installed: "
-            "install debootstrap (apt-get install debootstrap) or make debian:bookworm pullable"
+        raise LabError(
+            "cannot pull debian:bookworm (no registry serves it here) and debootstrap, which makes it "
+            "instead, is not installed; install it: `make docker` as root (scripts/ensure-lab-tools.sh), "
+            "or `sudo apt-get install debootstrap`"
         )
     log(f"rootfs: debian:bookworm cannot be pulled; debootstrap bookworm from {DEBIAN_MIRROR}")
     with tempfile.TemporaryDirectory(prefix="rayrig-rootfs-", dir="/var/tmp") as tmp:
@@ -73,7 +75,7 @@ def ensure_rootfs(log: Progress) -> str:
         assert tar.stdout is not None
         tar.stdout.close()
         if tar.wait() != 0 or imported.returncode != 0:
-            raise RuntimeError(f"docker import of the debootstrap rootfs failed: {imported.stderr.strip()}")
+            raise LabError(f"docker import of the debootstrap rootfs failed: {imported.stderr.strip()}")
     return ROOTFS_IMAGE
 
 

@@ -16,17 +16,29 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from cloud.lab.state import LAB_LABEL, PREFERRED_SUBNET
+from cloud.lab.state import LAB_LABEL, PREFERRED_SUBNET, LabError
 from deploy.paths import state_dir
 from images.stream import Progress
 
+#: What Docker says when its daemon does not answer (or this user may not use it).
+_DAEMON_DOWN = ("Cannot connect to the Docker daemon", "permission denied while trying to connect")
+
 
 def docker(*args: str, check: bool = True, input_text: str | None = None) -> subprocess.CompletedProcess:
-    """Run ``docker ARGS`` and return its result; raise with the command and its stderr when it fails (``check``)."""
+    """Run ``docker ARGS`` and return its result.
+
+    ``LabError`` with the command and its stderr when it fails (with ``check``), and always when the
+    Docker daemon does not answer (nothing of the lab can work then), saying how to start it.
+    """
     cmd = ["docker", *args]
     out = subprocess.run(cmd, capture_output=True, text=True, check=False, input=input_text)
+    if out.returncode != 0 and any(words in out.stderr for words in _DAEMON_DOWN):
+        raise LabError(
+            f"Docker does not answer (`{' '.join(cmd[:3])}`: {out.stderr.strip().splitlines()[-1]}); "
+            "start it with `make docker` (or `sudo systemctl start docker`), or add yourself to the docker group"
+        )
     if check and out.returncode != 0:
-        raise RuntimeError(f"`{' '.join(cmd)}` failed ({out.returncode}): {out.stderr.strip()}")
+        raise LabError(f"`{' '.join(cmd)}` failed ({out.returncode}): {out.stderr.strip()}")
     return out
 
 
@@ -128,7 +140,7 @@ def choose_subnet(taken: Iterable[str], preferred: str = PREFERRED_SUBNET) -> st
         net = ipaddress.ip_network(cand)
         if not any(net.version == u.version and net.overlaps(u) for u in used):
             return cand
-    raise RuntimeError("no free /24 left in 10.213.0.0-10.250.3.0 for a lab network")
+    raise LabError("no free /24 left in 10.213.0.0-10.250.3.0 for a lab network")
 
 
 def taken_subnets() -> list[str]:

@@ -24,7 +24,7 @@ from cloud.lab.engine import (
     privileged_works,
     taken_subnets,
 )
-from cloud.lab.state import BASE_IMAGE, LAB_LABEL, SSH_USER, write_if_changed
+from cloud.lab.state import BASE_IMAGE, LAB_LABEL, SSH_USER, LabError, write_if_changed
 from cloud.ssh import SshTarget, run, ssh_answers
 from images.stream import Progress
 
@@ -67,11 +67,11 @@ def known_hosts_text(entries: Iterable[tuple[str, str]]) -> str:
 def ssh_check(address: str, user: str, key: Path | str, known_hosts: Path | str, command: str = "sudo -n true") -> str:
     """Run ``command`` on ``address`` over SSH like pyinfra does (paramiko, pinned host key); return its output.
 
-    Raises RuntimeError with the command, the address, the exit status and the output when it fails.
+    Raises ``LabError`` with the command, the address, the exit status and the output when it fails.
     """
     status, output = run(SshTarget(address, user, Path(key), Path(known_hosts)), command, timeout=30)
     if status != 0:
-        raise RuntimeError(f"`{command}` on {address} exited {status}: {output.strip()}")
+        raise LabError(f"`{command}` on {address} exited {status}: {output.strip()}")
     return output
 
 
@@ -81,7 +81,7 @@ def ensure_network(name: str, log: Progress) -> str:
     info = inspect("network", net_name)
     if info:
         if (info.get("Labels") or {}).get(LAB_LABEL) != name:
-            raise RuntimeError(f"network {net_name} exists but was not made by lab {name!r} (label {LAB_LABEL})")
+            raise LabError(f"network {net_name} exists but was not made by lab {name!r} (label {LAB_LABEL})")
         subnet = info["IPAM"]["Config"][0]["Subnet"]
         log(f"network {net_name}: exists ({subnet})")
         return subnet
@@ -97,9 +97,9 @@ def ensure_network(name: str, log: Progress) -> str:
             log(f"network {net_name}: created ({subnet})")
             return subnet
         if "overlap" not in out.stderr.lower():
-            raise RuntimeError(f"docker network create {net_name} failed: {out.stderr.strip()}")
+            raise LabError(f"docker network create {net_name} failed: {out.stderr.strip()}")
         taken.append(subnet)  # someone took it meanwhile: try the next one
-    raise RuntimeError(f"could not create network {net_name}: every subnet tried overlapped")
+    raise LabError(f"could not create network {net_name}: every subnet tried overlapped")
 
 
 def ensure_key(directory: Path, name: str, log: Progress) -> Path:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from cloud.lab.engine import docker, ensure_running, ensure_volume, image_lock, inspect
-from cloud.lab.state import LAB_IMAGE_REPO, LAB_LABEL, REGISTRY_IMAGE, REGISTRY_PORT, lab_image_tag
+from cloud.lab.state import LAB_IMAGE_REPO, LAB_LABEL, REGISTRY_IMAGE, REGISTRY_PORT, LabError, lab_image_tag
 from deploy.paths import state_dir
 from images.build import push_image
 from images.stream import Progress
@@ -51,7 +51,7 @@ def ensure_registry(state: dict[str, Any], log: Progress) -> str:
                 break
         except (urllib.error.URLError, OSError) as exc:
             if time.monotonic() > deadline:
-                raise RuntimeError(f"registry {container} does not answer on http://{local}/v2/: {exc}") from exc
+                raise LabError(f"registry {container} does not answer on http://{local}/v2/: {exc}") from exc
             time.sleep(0.5)
     return local
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -28,14 +29,26 @@ HOST_SHM_SIZE = "1g"
 PREFERRED_SUBNET = "10.213.0.0/24"
 REGISTRY_HOST_OCTET = 2
 FIRST_HOST_OCTET = 10
+#: The most hosts a lab's /24 holds: .10 to .254.
+MAX_HOSTS = 255 - FIRST_HOST_OCTET
 #: The registry's port; images/lab-registry (Dockerfile and config.yml) listen on the same.
 REGISTRY_PORT = 5000
+
+#: A lab's name prefixes its containers, network and volumes, so it is a name Docker takes.
+_LAB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,39}\Z")
+
+
+class LabError(RuntimeError):
+    """The lab cannot be brought up, inspected or taken down; the message says what failed and what to do."""
 
 
 def lab_dir(name: str) -> Path:
     """Return the directory of the local lab ``name`` (its key, known_hosts and state.json)."""
-    if not name or "/" in name or name in {".", ".."}:
-        raise ValueError(f"invalid lab name {name!r}: expected a plain name like 'rayrig-lab'")
+    if not _LAB_NAME.match(name):
+        raise ValueError(
+            f"invalid lab name {name!r}: expected a plain name like 'rayrig-lab' "
+            "(letters, digits, '-', '_' and '.', starting with a letter or digit, at most 40)"
+        )
     return state_dir() / "labs" / name
 
 
@@ -45,11 +58,19 @@ def state_path(name: str = DEFAULT_NAME) -> Path:
 
 
 def load_state(name: str = DEFAULT_NAME) -> dict[str, Any] | None:
-    """Return lab ``name``'s state (see :func:`make_state`), or None when the lab is not up."""
+    """Return lab ``name``'s state (see :func:`make_state`), or None when the lab is not up.
+
+    ``LabError`` when the file is there but unreadable.
+    """
+    path = state_path(name)
     try:
-        return json.loads(state_path(name).read_text())
+        return json.loads(path.read_text())
     except FileNotFoundError:
         return None
+    except (OSError, ValueError) as exc:
+        raise LabError(
+            f"{path}: cannot read the lab's state ({exc}); `rayrig lab down --name {name}` removes the lab"
+        ) from None
 
 
 def write_if_changed(path: Path, text: str, mode: int = 0o644) -> bool:

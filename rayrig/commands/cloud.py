@@ -1,7 +1,8 @@
 """``rayrig cloud up|down|ls|reap``: EC2 clusters for a sprint (the work is done by ``cloud.ec2``).
 
 Each command prints progress on stdout and one-line errors on stderr, and
-returns 0 on success, 1 on failure, 2 for a bad spec.
+returns 0 on success, 1 on failure, 2 for a bad spec or a region it cannot know
+(``rayrig.errors`` prints what a command raises).
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from cloud.ec2 import (
     WAIT_TIMEOUT_S,
     CloudError,
     ClusterInfo,
-    SpecError,
     connect,
     down,
     list_clusters,
@@ -23,8 +23,10 @@ from cloud.ec2 import (
     reap,
     up,
 )
-from cloud.ec2.aws import utc_now
+from cloud.ec2.aws import default_region, utc_now
 from cloud.ec2.prices import PRICE_NOTE
+from cloud.ec2.state import load_state, recorded_regions, state_path
+from rayrig.errors import UsageError
 
 
 def ask(question: str) -> bool:
@@ -75,12 +77,9 @@ def format_clusters(clusters: list[ClusterInfo], now: dt.datetime) -> list[str]:
 
 
 def up_cmd(args: argparse.Namespace) -> int:
-    """``rayrig cloud up SPEC``: 0 once the cluster runs and SSH answers, 1 on failure, 2 for a bad spec."""
-    try:
-        spec = load_spec(args.spec)
-    except SpecError as exc:
-        print(exc, file=sys.stderr)
-        return 2
+    """``rayrig cloud up SPEC``: 0 once the cluster runs and SSH answers, 1 on failure, 2 for a bad spec
+    (``SpecError``, which ``rayrig.errors`` prints with every problem)."""
+    spec = load_spec(args.spec)
     try:
         result = up(
             spec, assume_yes=args.yes, confirm=ask, wait_ssh=not args.no_wait_ssh, timeout_s=args.timeout, say=print
@@ -100,7 +99,17 @@ def up_cmd(args: argparse.Namespace) -> int:
 
 
 def down_cmd(args: argparse.Namespace) -> int:
-    """``rayrig cloud down NAME``: 0 when nothing carries the cluster's tag any more."""
+    """``rayrig cloud down NAME``: 0 when nothing carries the cluster's tag any more.
+
+    The region is --region, else the one ``up`` recorded here, else boto3's; with none of them, a
+    ``UsageError`` that asks for --region.
+    """
+    if not (args.region or load_state(args.name).get("region") or default_region()):
+        raise UsageError(
+            f"no AWS region known for cluster {args.name}: this machine has no record of it "
+            f"({state_path(args.name)}) and boto3 has no default region",
+            "pass --region REGION (the region it runs in), or set AWS_REGION",
+        )
     try:
         return down(args.name, args.region, timeout_s=args.timeout, say=print)
     except CloudError as exc:
@@ -108,19 +117,38 @@ def down_cmd(args: argparse.Namespace) -> int:
         return 1
 
 
+def ls_regions(region: str | None) -> list[str]:
+    """Where ``rayrig cloud ls`` looks: ``region``, else the regions of the clusters recorded here and
+    boto3's default region; a ``UsageError`` asking for --region when none is known."""
+    if region:
+        return [region]
+    regions = set(recorded_regions())
+    regions.update(r for r in [default_region()] if r)
+    if not regions:
+        raise UsageError(
+            "no AWS region known: this machine records no cluster and boto3 has no default region",
+            "pass --region REGION, or set AWS_REGION",
+        )
+    return sorted(regions)
+
+
 def ls_cmd(args: argparse.Namespace) -> int:
-    """``rayrig cloud ls``: the region's clusters as a table."""
-    try:
-        aws = connect(args.region)
-        clusters = list_clusters(aws)
-    except CloudError as exc:
-        print(f"rayrig cloud ls: {exc}", file=sys.stderr)
-        return 1
-    if not clusters:
-        print(f"No rayrig cluster in {aws.region}.")
-        return 0
-    for line in format_clusters(clusters, utc_now()):
-        print(line)
+    """``rayrig cloud ls``: the clusters as a table, one per region when it looks in several."""
+    regions = ls_regions(args.region)
+    for region in regions:
+        try:
+            aws = connect(region)
+            clusters = list_clusters(aws)
+        except CloudError as exc:
+            print(f"rayrig cloud ls: {exc}", file=sys.stderr)
+            return 1
+        if len(regions) > 1:
+            print(f"==> {aws.region}")
+        if not clusters:
+            print(f"No rayrig cluster in {aws.region}.")
+            continue
+        for line in format_clusters(clusters, utc_now()):
+            print(line)
     return 0
 
 
@@ -154,12 +182,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     down_ = sub.add_parser("down", help="delete everything rayrig created for a cluster")
     down_.add_argument("name", help="the cluster's name")
-    down_.add_argument("--region", help="default: the region recorded by up, else boto3's")
+    down_.add_argument("--region", help="default: the region up recorded here, else boto3's")
     timeout(down_)
     down_.set_defaults(func=down_cmd)
 
     ls = sub.add_parser("ls", help="list clusters with age, expiry, instances and running cost")
-    ls.add_argument("--region", help="default: boto3's region")
+    ls.add_argument("--region", help="default: the regions of the clusters up recorded here, and boto3's")
     ls.set_defaults(func=ls_cmd)
 
     reap_ = sub.add_parser("reap", help="take down every expired cluster (for cron: --yes)")

@@ -4,22 +4,28 @@ from __future__ import annotations
 
 import argparse
 import shlex
-import sys
 
 from rayrig import dashboard
+from rayrig.errors import RayrigError, UsageError
 
 
 def _cmd_dashboard(args: argparse.Namespace) -> int:
+    """0 when the tunnel closes; 2 (``UsageError``) when the inventory is unusable, 1 when the tunnel is."""
     try:
         plan = dashboard.tunnel_plan(dashboard.load_inventory(args.inventory))
-        local_port = args.local_port or plan["remote_port"]
-        if args.print_command:
-            print(shlex.join(dashboard.ssh_command(plan, local_port)))
-            return 0
+    except dashboard.DashboardError as error:
+        raise UsageError(str(error)) from None
+    local_port = args.local_port or plan["remote_port"]
+    if args.print_command:
+        print(shlex.join(dashboard.ssh_command(plan, local_port)))
+        return 0
+    try:
         process = dashboard.open_tunnel(plan, local_port)
     except dashboard.DashboardError as error:
-        print(f"rayrig dashboard: {error}", file=sys.stderr)
-        return 2
+        raise RayrigError(
+            f"cannot open the tunnel to the dashboard: {error}",
+            "check that the ssh command of `rayrig dashboard INVENTORY --print-command` works from here",
+        ) from None
     print(dashboard.banner(plan, local_port), flush=True)
     try:
         return process.wait()

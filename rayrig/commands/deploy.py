@@ -10,6 +10,8 @@ import time
 from checks import report
 from cloud import lab
 from deploy.paths import repo_root
+from rayrig.commands.lab import host_count, lab_name
+from rayrig.errors import RayrigError
 from rayrig.run import CHECKS_FILE, DEPLOY_FILE, EXIT_USAGE, InventoryFileError, run_pyinfra
 
 
@@ -42,8 +44,10 @@ def demo_cmd(args: argparse.Namespace) -> int:
     print(f"==> lab ready in {time.monotonic() - started:.0f} s; deploying with pyinfra", flush=True)
     status = run_pyinfra("inventories/lab.py", env={"RAYRIG_LAB": args.name})
     if status != 0:
-        print(f"==> the deploy failed (pyinfra exit status {status})", file=sys.stderr)
-        return 1
+        raise RayrigError(
+            f"the deploy to lab {args.name} failed (pyinfra exit status {status})",
+            "see pyinfra's output above; the lab stays up, and `make demo` again deploys to it",
+        )
     print(lab.summary(args.name, report.latest_checks(args.name, repo_root() / "reports")))
     print(f"==> demo finished in {time.monotonic() - started:.0f} s")
     return 0
@@ -64,6 +68,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     check.set_defaults(func=check_cmd)
 
     demo = subparsers.add_parser("demo", help="bring up the local lab and deploy a Ray cluster to it")
-    demo.add_argument("--hosts", type=int, default=3, help="hosts in the lab (default: %(default)s)")
-    demo.add_argument("--name", default=os.environ.get("RAYRIG_LAB", lab.DEFAULT_NAME), help="lab name")
+    demo.add_argument("--hosts", type=host_count, default=3, help="hosts in the lab (default: %(default)s)")
+    demo.add_argument("--name", type=lab_name, default=os.environ.get("RAYRIG_LAB", lab.DEFAULT_NAME), help="lab name")
     demo.set_defaults(func=demo_cmd)

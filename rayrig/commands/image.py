@@ -17,6 +17,15 @@ from images.build import DEFAULT_GPU_BASE, build_image, push_image
 from images.wheelhouse import DEFAULT_PYTHON_VERSION, DEFAULT_TORCH_REQUIREMENT, build_wheelhouse
 
 
+def wheelhouse_dir(text: str) -> Path:
+    """``--wheelhouse``: a folder that exists (argparse's usage error otherwise, before Docker is asked)."""
+    folder = Path(text).expanduser()
+    if not folder.is_dir():
+        what = "is not a folder" if folder.exists() else "no such folder"
+        raise argparse.ArgumentTypeError(f"{text}: {what}; make one with `rayrig image wheelhouse {text}`")
+    return folder
+
+
 def _cmd_build(args: argparse.Namespace) -> int:
     tag = args.tag or f"rayrig/ray:{args.ray_version}"
     build_image(
@@ -57,7 +66,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     build.add_argument("--base", default=DEFAULT_GPU_BASE, help="base image (default: %(default)s)")
     build.add_argument("--ray-version", default=RAY_VERSION, help="default: %(default)s")
     build.add_argument("--tag", help="image tag (default: rayrig/ray:RAY_VERSION)")
-    build.add_argument("--wheelhouse", type=Path, help="install offline from this wheelhouse (rayrig image wheelhouse)")
+    build.add_argument(
+        "--wheelhouse", type=wheelhouse_dir, help="install offline from this wheelhouse (rayrig image wheelhouse)"
+    )
     build.add_argument("--push", action="store_true", help="push the image after building it")
     build.add_argument("--force", action="store_true", help="build even if the inputs did not change")
     build.set_defaults(func=_cmd_build)

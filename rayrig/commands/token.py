@@ -22,6 +22,7 @@ from deploy.cluster_token import ROTATION_ENV
 from deploy.schema import validate_cluster
 from deploy.settings import merge
 from rayrig.dashboard import DashboardError, load_inventory
+from rayrig.errors import UsageError
 from rayrig.run import run_pyinfra
 
 #: pyinfra arguments that would leave some hosts on the previous token.
@@ -61,8 +62,8 @@ def _cmd_rotate(args: argparse.Namespace) -> int:
     try:
         settings = cluster_settings(args.inventory, args.pyinfra_args)
     except RotationUsageError as error:
-        print(f"rayrig token rotate: {error}\nNothing was changed.", file=sys.stderr)
-        return 2
+        message, *details = str(error).splitlines()
+        raise UsageError(message, "nothing was changed", [line.strip() for line in details]) from None
     rotation = auth.begin_rotation(settings)
     cluster = settings["ray_cluster_name"]
     print(start_message(cluster, rotation), flush=True)

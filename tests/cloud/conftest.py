@@ -13,7 +13,6 @@ through botocore's own event hooks on the sessions rayrig makes:
 
 from __future__ import annotations
 
-import argparse
 import functools
 import itertools
 import json
@@ -37,7 +36,7 @@ from moto.server import ThreadedMotoServer
 
 from cloud.ec2 import aws as ec2_aws
 from cloud.ec2 import waits
-from rayrig.commands import cloud as cloud_commands
+from rayrig.cli import main
 
 REGION = "us-east-1"
 #: moto's value of AWS's public parameter: an Amazon Linux 2023 AMI (SSH user ec2-user).
@@ -47,11 +46,8 @@ UBUNTU_AMI = "ami-1e749f67"
 
 
 def run_cli(*argv: str) -> int:
-    """``rayrig cloud ...`` as the command line runs it; returns the exit status."""
-    parser = argparse.ArgumentParser(prog="rayrig")
-    cloud_commands.register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(list(argv))
-    return args.func(args)
+    """``rayrig cloud ...`` as the command line runs it (errors printed as one line); returns the exit status."""
+    return main(list(argv))
 
 
 def _free_port() -> int:

@@ -195,12 +195,14 @@ def test_an_unknown_host_is_a_usage_error_listing_the_inventorys_hosts():
 
 def test_invalid_data_is_rejected_before_any_host_is_reached_naming_host_and_key():
     with pytest.raises(OperateError, match="host w: ray_role = 'boss'") as error:
-        inventory_of("inv.py", [{"name": "h", "data": {"ray_role": "head"}}, {"name": "w", "data": {"ray_role": "boss"}}])
+        inventory_of(
+            "inv.py", [{"name": "h", "data": {"ray_role": "head"}}, {"name": "w", "data": {"ray_role": "boss"}}]
+        )
     assert error.value.status == 2
 
 
 def test_an_inventory_that_does_not_load_says_why_in_pyinfras_words(tmp_path):
-    broken = write(tmp_path, "broken.py", 'raise RuntimeError("the local lab \'x\' is not up")\n')
+    broken = write(tmp_path, "broken.py", "raise RuntimeError(\"the local lab 'x' is not up\")\n")
     with pytest.raises(OperateError, match="the inventory does not load: .*the local lab 'x' is not up") as error:
         load_inventory(str(broken))
     assert error.value.status == 1

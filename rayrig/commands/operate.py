@@ -56,11 +56,11 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 def _resources(host: Mapping[str, Any]) -> str:
     """``CPU 2/2, GPU 0/0, name 1/1``: registered/declared for each declared resource."""
-    registered = host["registered"] or {}
+    registered = host["registered"]
     cells = []
     for name, wanted in host["declared"].items():
-        got = registered.get(name)
-        cells.append(f"{name} {'-' if got is None else f'{got:g}'}/{wanted}")
+        got = "-" if registered is None else f"{registered.get(name, 0):g}"  # Ray lists no resource it has 0 of
+        cells.append(f"{name} {got}/{wanted}")
     return ", ".join(cells)
 
 
@@ -88,7 +88,9 @@ def render_status(inventory: Inventory, report: Mapping[str, Any]) -> str:
     errors = [f"  - {h['name']}: {h['error']}" for h in report["hosts"] if h["error"]]
     if cluster["error"]:
         errors.insert(0, f"  - the cluster: {cluster['error']}")
-    errors += [f"  - {p['host'] or 'the cluster'}: {p['message']}" for p in cluster["problems"]]
+    # a member that is not alive is named in the last line; the others' problems are resources or versions
+    errors += [f"  - {p['host'] or 'the cluster'}: {p['message']}" for p in cluster["problems"]
+               if p["host"] not in report["not_alive"]]  # fmt: skip
     if errors:
         lines += ["Problems:", *errors]
     if cluster["ray_status"]:

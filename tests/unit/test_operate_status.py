@@ -18,6 +18,7 @@ import pytest
 
 from rayrig import operate
 from rayrig.cli import main
+from rayrig.commands.operate import render_status
 from rayrig.inventory import inventory_of
 from rayrig.operate import Answer
 
@@ -102,6 +103,23 @@ def test_resources_that_differ_from_the_declaration_are_problems_but_an_alive_no
     report = operate.build_status(lab_inventory(), answers, None)
     assert report["ok"] is True
     assert {"host": HEAD, "message": "ray_num_cpus = 2 but its Ray node has 1 CPU"} in report["cluster"]["problems"]
+
+
+def test_the_text_shows_registered_next_to_declared_and_the_problems_of_alive_nodes():
+    answers = {
+        **HEALTHY,
+        W1: probe(unit="failed", container="exited", version=None),
+        " cluster": cluster_answer(node(HEAD, 1.0, **{"lab-1": 1.0}), node(W2, **{"lab-3": 1.0})),
+    }
+    inventory = lab_inventory()
+    text = render_status(inventory, operate.build_status(inventory, answers, None)).splitlines()
+    rows = {line.split()[0]: line for line in text if line.startswith("192.0.2.")}
+    assert rows[HEAD].endswith("yes    CPU 1/2, GPU 0/0, lab-1 1/1")  # Ray lists no GPU it has none of
+    assert rows[W1].endswith("no     CPU -/2, GPU -/0, lab-2 -/1")
+    assert f"  - {HEAD}: ray_num_cpus = 2 but its Ray node has 1 CPU" in text
+    assert not any(line.startswith(f"  - {W1}:") for line in text)  # the last line names it
+    assert text[-2] == "==> last checks: none on this machine yet (rayrig check inventories/lab.py)"
+    assert text[-1] == f"NOT OK: not alive Ray nodes: {W1} (unit failed, container exited)"
 
 
 def test_an_unreachable_host_and_an_unreadable_cluster_say_so_and_what_to_check():

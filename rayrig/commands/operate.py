@@ -145,15 +145,20 @@ def exec_arguments(args: argparse.Namespace) -> tuple[argparse.Namespace, list[s
     """The options and the command of ``rayrig exec INVENTORY [OPTIONS] -- COMMAND...``.
 
     Everything after INVENTORY reaches here as one list (argparse would otherwise take the
-    command's own options for rayrig's): the options are what precedes ``--``, the command
-    what follows it. Without ``--``, the list is the command, unless it starts with an option.
+    command's own options for rayrig's), less the ``--`` that follows INVENTORY at once, which
+    argparse drops. A list that starts with an option holds rayrig's options up to the first
+    ``--`` and the command after it; any other list is the command, its own ``--`` included.
     """
     rest = list(args.command)
-    if "--" in rest:
+    if rest[:1] == ["--"]:
+        options, command = [], rest[1:]
+    elif rest[:1] and rest[0].startswith("-"):
+        if "--" not in rest:
+            raise OperateError(
+                f"put the command after --, e.g. rayrig exec {args.inventory} {rest[0]} -- ray --version", 2
+            )
         cut = rest.index("--")
         options, command = rest[:cut], rest[cut + 1 :]
-    elif rest[:1] and rest[0].startswith("-"):
-        raise OperateError(f"put the command after --, e.g. rayrig exec {args.inventory} {rest[0]} -- ray --version", 2)
     else:
         options, command = [], rest
     parser = argparse.ArgumentParser(prog="rayrig exec", add_help=False)

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from rayrig import operate
-from rayrig.cli import main
-from rayrig.commands.operate import render_status
+from rayrig.cli import build_parser, main
+from rayrig.commands.operate import exec_arguments, render_status
 from rayrig.inventory import inventory_of
 from rayrig.operate import Answer
 
@@ -322,6 +322,21 @@ def test_exec_runs_in_the_heads_ray_node_by_default_and_takes_options_either_sid
     assert capfd.readouterr().out == "Active: 3 nodes\n"
     assert main(["exec", "--host", W2, hosts.path, "--on-host", "--", "sh", "-c", "echo $FAKE_HOST"]) == 0
     assert capfd.readouterr().out == f"{W2}\n"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["exec", "INV", "--", "python", "job.py", "--", "x"],
+        ["exec", "INV", "--all", "--", "python", "job.py", "--", "x"],
+        ["exec", "--all", "INV", "--", "python", "job.py", "--", "x"],
+        ["exec", "INV", "python", "job.py", "--", "x"],
+    ],
+)
+def test_the_commands_own_double_dash_and_options_reach_it(argv):
+    args, command = exec_arguments(build_parser().parse_args(argv))
+    assert command == ["python", "job.py", "--", "x"]
+    assert args.all == ("--all" in argv)
 
 
 @pytest.mark.parametrize(

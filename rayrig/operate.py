@@ -79,7 +79,7 @@ class Answer:
         return lines[-1] if lines else ""
 
 
-def run(host: Host, remote: str, timeout: float) -> Answer:
+def run(host: Host, remote: str, timeout: float | None) -> Answer:
     """Run the shell command line ``remote`` on ``host`` (no terminal, no input); its answer."""
     try:
         result = subprocess.run(
@@ -99,7 +99,7 @@ def run(host: Host, remote: str, timeout: float) -> Answer:
     return Answer(result.returncode, result.stdout, result.stderr)
 
 
-def run_all(jobs: Mapping[str, tuple[Host, str]], timeout: float) -> dict[str, Answer]:
+def run_all(jobs: Mapping[str, tuple[Host, str]], timeout: float | None) -> dict[str, Answer]:
     """Each job ``key: (host, command)`` at once, each within ``timeout``; the answers by key."""
     if not jobs:
         return {}

@@ -43,6 +43,8 @@ def _fail(command: str, error: OperateError) -> int:
 def _cmd_status(args: argparse.Namespace) -> int:
     try:
         inventory = load_inventory(args.inventory)
+        print(f"==> Asking the {len(inventory.hosts)} hosts of {args.inventory} (each within {args.timeout:g} s)",
+              file=sys.stderr, flush=True)  # fmt: skip
         answers = operate.ask_cluster(inventory, timeout=args.timeout)
     except OperateError as error:
         return _fail("status", error)
@@ -188,9 +190,15 @@ def _cmd_exec(args: argparse.Namespace) -> int:
         return _fail("exec", error)
 
 
+def _terminal() -> bool:
+    """Whether this process talks to a terminal both ways (else a remote terminal would garble a pipe)."""
+    return sys.stdin.isatty() and sys.stdout.isatty()
+
+
 def _exec_one(inventory: Inventory, host: Host, command: list[str], on_host: bool) -> int:
-    """One host, this terminal's: a terminal there when this process has one, else its input passed on."""
-    tty = sys.stdin.isatty()
+    """One host, with this process's terminal: a terminal there when this process has one, else its
+    input passed on to the command."""
+    tty = _terminal()
     remote = operate.exec_command(host, command, on_host=on_host, stdin="tty" if tty else "pipe")
     return _call(inventory, host, ssh_argv(host, remote, tty=tty, batch=not tty), "exec")
 
@@ -241,7 +249,7 @@ def _cmd_logs(args: argparse.Namespace) -> int:
         return _fail("logs", error)
     build = operate.ray_logs_command if args.ray else operate.journal_command
     remote = build(host, args.lines, args.follow)
-    tty = args.follow and sys.stdin.isatty()  # a terminal there, so that Ctrl-C ends the remote follower too
+    tty = args.follow and _terminal()  # a terminal there, so that Ctrl-C ends the remote follower too
     return _call(inventory, host, ssh_argv(host, remote, tty=tty, batch=True, stdin=tty), "logs")
 
 

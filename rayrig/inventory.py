@@ -194,9 +194,15 @@ def _pyinfra_hosts(path: str) -> list[dict[str, Any]]:
         said = [line for line in lines if line and not line.startswith("--> Loading")]
         raise OperateError(f"{path}: the inventory does not load: {said[-1] if said else '(pyinfra said nothing)'}")
     listing = [line for line in result.stdout.splitlines() if line.startswith("[")]
-    if not listing:
-        raise OperateError(f"{path}: pyinfra printed no inventory")
-    return json.loads(listing[-1])
+    try:
+        hosts = json.loads(listing[-1]) if listing else None
+    except ValueError:
+        hosts = None
+    if not isinstance(hosts, list):
+        raise OperateError(
+            f"{path}: pyinfra printed no inventory that rayrig can read (pyinfra debug-inventory --json)"
+        )
+    return hosts
 
 
 def load_inventory(path: str) -> Inventory:

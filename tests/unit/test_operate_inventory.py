@@ -214,3 +214,12 @@ def test_every_command_calls_a_missing_inventory_a_usage_error(command, capsys):
     err = capsys.readouterr().err
     assert f"rayrig {command[0]}: no/such/inventory.py: no such inventory file" in err
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("printed", ["", "[{not json", "--> Loading inventory..."])
+def test_an_inventory_listing_rayrig_cannot_read_is_a_one_line_error(tmp_path, monkeypatch, printed):
+    inventory = write(tmp_path, "inv.py", 'heads = [("h", {"ray_role": "head"})]\n')
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0, printed, ""))
+    with pytest.raises(OperateError, match="pyinfra printed no inventory that rayrig can read") as error:
+        load_inventory(str(inventory))
+    assert error.value.status == 1

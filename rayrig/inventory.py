@@ -288,9 +288,9 @@ def ssh_argv(
 
 
 def unreachable(host: Host, inventory: str, detail: str) -> str:
-    """One line: which host did not answer over SSH, ssh's own words, what to check."""
+    """What to say of a host that did not answer over SSH: as whom, ssh's own words, what to check."""
     said = f" ({detail})" if detail else ""
     return (
-        f"{host.name}: unreachable over SSH as {host.ssh.where}{said}: check that the host is up and its "
-        f"ssh_* settings in {inventory}"
+        f"unreachable over SSH as {host.ssh.where}{said}: "
+        f"check that the host is up and its ssh_* settings in {inventory}"
     )

@@ -27,7 +27,7 @@ from typing import Any
 from checks.quick import quick_command, quick_reasons, result_of
 from checks.verdict import INFO
 from deploy.ray_temp import CONTAINER_PATH
-from rayrig.inventory import EXIT_FAILURE, Host, Inventory, OperateError, ssh_argv
+from rayrig.inventory import EXIT_FAILURE, Host, Inventory, OperateError, ssh_argv, unreachable
 
 #: ssh's own exit status when it failed (no connection, refused key, changed host key).
 SSH_FAILED = 255
@@ -166,13 +166,27 @@ def ray_logs_command(host: Host, lines: int, follow: bool) -> str:
 # --- rayrig status -----------------------------------------------------------------------------
 
 
-def ask_cluster(inventory: Inventory, timeout: float) -> dict[str, Answer]:
-    """Every host's probe (by host name), and the head's ``"cluster"`` and ``"ray status"``, at once."""
+@dataclass(frozen=True)
+class Answers:
+    """What ``rayrig status`` asked: each host's probe (by host name), the head's cluster state and ``ray status``."""
+
+    hosts: Mapping[str, Answer]
+    cluster: Answer | None
+    ray_status: Answer | None
+
+
+def ask_cluster(inventory: Inventory, timeout: float) -> Answers:
+    """Every host's probe, and the head's cluster state and ``ray status``, all at once."""
     head = inventory.head
-    jobs = {host.name: (host, probe_command(host)) for host in inventory.hosts}
-    jobs[" cluster"] = (head, cluster_command(head, [h.node_ip for h in inventory.members]))
-    jobs[" ray status"] = (head, ray_status_command(head))
-    return run_all(jobs, timeout)
+    jobs = {f"host {host.name}": (host, probe_command(host)) for host in inventory.hosts}
+    jobs["cluster"] = (head, cluster_command(head, [h.node_ip for h in inventory.members]))
+    jobs["ray status"] = (head, ray_status_command(head))
+    answers = run_all(jobs, timeout)
+    return Answers(
+        hosts={host.name: answers[f"host {host.name}"] for host in inventory.hosts},
+        cluster=answers["cluster"],
+        ray_status=answers["ray status"],
+    )
 
 
 def parse_probe(answer: Answer) -> dict[str, str]:
@@ -240,8 +254,7 @@ def _host_part(host: Host, answer: Answer | None, nodes: Mapping[str, Any], inve
     node = nodes.get(host.node_ip)
     error = probe.get("error")
     if answer is not None and not answer.reached:
-        error = f"unreachable over SSH as {host.ssh.where} ({answer.last_words or 'no message'}): check that the " \
-                f"host is up and its ssh_* settings in {inventory}"  # fmt: skip
+        error = unreachable(host, inventory, answer.last_words or "no message")
     elif answer is not None and answer.status != 0 and not probe:
         error = f"the probe failed with exit status {answer.status} ({answer.last_words or 'no message'})"
     return {
@@ -261,19 +274,17 @@ def _host_part(host: Host, answer: Answer | None, nodes: Mapping[str, Any], inve
     }
 
 
-def build_status(
-    inventory: Inventory, answers: Mapping[str, Answer], checks: Mapping[str, Any] | None
-) -> dict[str, Any]:
+def build_status(inventory: Inventory, answers: Answers, checks: Mapping[str, Any] | None) -> dict[str, Any]:
     """The report of ``rayrig status``: ``{"hosts", "cluster", "checks", "ok", "not_alive"}``.
 
     ``answers``: :func:`ask_cluster`'s; ``checks``: :func:`checks.report.latest_report`'s.
     ``ok`` when every member (a host not marked ``ray_state = "absent"``) is an alive Ray node;
     ``not_alive`` names the members that are not.
     """
-    cluster, nodes = _cluster_part(inventory, answers.get(" cluster"))
-    ray_status = answers.get(" ray status")
+    cluster, nodes = _cluster_part(inventory, answers.cluster)
+    ray_status = answers.ray_status
     cluster["ray_status"] = ray_status.stdout.rstrip() if ray_status is not None and ray_status.status == 0 else None
-    hosts = [_host_part(h, answers.get(h.name), nodes, inventory.path) for h in inventory.hosts]
+    hosts = [_host_part(h, answers.hosts.get(h.name), nodes, inventory.path) for h in inventory.hosts]
     not_alive = [h["name"] for h in hosts if h["member"] and not h["alive"]]
     return {
         "hosts": hosts,

@@ -216,7 +216,7 @@ def _exec_many(
             print(f"{host.name}: {line}")
         sys.stdout.flush()
         if not answer.reached:
-            print(unreachable(host, inventory.path, answer.last_words), file=sys.stderr)
+            print(f"{host.name}: {unreachable(host, inventory.path, answer.last_words)}", file=sys.stderr)
             worst = max(worst, operate.SSH_FAILED)
             continue
         for line in answer.stderr.splitlines():
@@ -234,7 +234,8 @@ def _call(inventory: Inventory, host: Host, argv: list[str], command: str) -> in
     except FileNotFoundError:
         return _fail(command, OperateError("the OpenSSH client (ssh) is not installed here"))
     if status == operate.SSH_FAILED:
-        print(f"rayrig {command}: {unreachable(host, inventory.path, 'ssh exited with status 255')}", file=sys.stderr)
+        said = unreachable(host, inventory.path, "ssh exited with status 255")
+        print(f"rayrig {command}: {host.name}: {said}", file=sys.stderr)
     return status
 
 

@@ -20,7 +20,7 @@ from rayrig import operate
 from rayrig.cli import build_parser, main
 from rayrig.commands.operate import exec_arguments, render_status
 from rayrig.inventory import inventory_of
-from rayrig.operate import Answer
+from rayrig.operate import Answer, Answers
 
 HEAD, W1, W2 = "192.0.2.10", "192.0.2.11", "192.0.2.12"
 
@@ -55,16 +55,24 @@ HEALTHY = {
     HEAD: probe(),
     W1: probe(),
     W2: probe(),
-    " cluster": cluster_answer(node(HEAD, **{"lab-1": 1.0}), node(W1, **{"lab-2": 1.0}), node(W2, **{"lab-3": 1.0})),
-    " ray status": Answer(0, "======== Autoscaler status ========\nActive:\n 3 nodes\n"),
+    "cluster": cluster_answer(node(HEAD, **{"lab-1": 1.0}), node(W1, **{"lab-2": 1.0}), node(W2, **{"lab-3": 1.0})),
+    "ray status": Answer(0, "======== Autoscaler status ========\nActive:\n 3 nodes\n"),
 }
+
+
+def answers(recorded: dict[str, Answer]) -> Answers:
+    """The answers of ``rayrig status`` as recorded: by host, and the head's "cluster" and "ray status"."""
+    hosts = {k: v for k, v in recorded.items() if k not in ("cluster", "ray status")}
+    return Answers(hosts, recorded.get("cluster"), recorded.get("ray status"))
 
 
 # --- the report, from recorded answers ---------------------------------------------------------
 
 
 def test_a_healthy_cluster_lists_every_host_alive_with_declared_and_registered_resources():
-    report = operate.build_status(lab_inventory(), HEALTHY, {"verdict": "PASS", "report": "r.json", "plot": None})
+    report = operate.build_status(
+        lab_inventory(), answers(HEALTHY), {"verdict": "PASS", "report": "r.json", "plot": None}
+    )
     assert report["ok"] is True and report["not_alive"] == []
     head = report["hosts"][0]
     assert {k: head[k] for k in ("name", "address", "role", "unit", "container", "ray_version", "alive")} == {
@@ -81,12 +89,12 @@ def test_a_healthy_cluster_lists_every_host_alive_with_declared_and_registered_r
 
 
 def test_a_stopped_worker_is_named_with_its_unit_and_container_and_status_exits_1():
-    answers = {
+    recorded = {
         **HEALTHY,
         W1: probe(unit="inactive", container="exited", version=None),
-        " cluster": cluster_answer(node(HEAD, **{"lab-1": 1.0}), node(W2, **{"lab-3": 1.0})),
+        "cluster": cluster_answer(node(HEAD, **{"lab-1": 1.0}), node(W2, **{"lab-3": 1.0})),
     }
-    report = operate.build_status(lab_inventory(), answers, None)
+    report = operate.build_status(lab_inventory(), answers(recorded), None)
     assert report["ok"] is False and report["not_alive"] == [W1]
     worker = next(h for h in report["hosts"] if h["name"] == W1)
     assert (worker["alive"], worker["unit"], worker["container"], worker["registered"]) == (
@@ -98,21 +106,21 @@ def test_a_stopped_worker_is_named_with_its_unit_and_container_and_status_exits_
 
 
 def test_resources_that_differ_from_the_declaration_are_problems_but_an_alive_node_is_alive():
-    answers = {**HEALTHY, " cluster": cluster_answer(node(HEAD, 1.0, **{"lab-1": 1.0}), node(W1, **{"lab-2": 1.0}),
+    recorded = {**HEALTHY, "cluster": cluster_answer(node(HEAD, 1.0, **{"lab-1": 1.0}), node(W1, **{"lab-2": 1.0}),
                                                      node(W2, **{"lab-3": 1.0}))}  # fmt: skip
-    report = operate.build_status(lab_inventory(), answers, None)
+    report = operate.build_status(lab_inventory(), answers(recorded), None)
     assert report["ok"] is True
     assert {"host": HEAD, "message": "ray_num_cpus = 2 but its Ray node has 1 CPU"} in report["cluster"]["problems"]
 
 
 def test_the_text_shows_registered_next_to_declared_and_the_problems_of_alive_nodes():
-    answers = {
+    recorded = {
         **HEALTHY,
         W1: probe(unit="failed", container="exited", version=None),
-        " cluster": cluster_answer(node(HEAD, 1.0, **{"lab-1": 1.0}), node(W2, **{"lab-3": 1.0})),
+        "cluster": cluster_answer(node(HEAD, 1.0, **{"lab-1": 1.0}), node(W2, **{"lab-3": 1.0})),
     }
     inventory = lab_inventory()
-    text = render_status(inventory, operate.build_status(inventory, answers, None)).splitlines()
+    text = render_status(inventory, operate.build_status(inventory, answers(recorded), None)).splitlines()
     rows = {line.split()[0]: line for line in text if line.startswith("192.0.2.")}
     assert rows[HEAD].endswith("yes    CPU 1/2, GPU 0/0, lab-1 1/1")  # Ray lists no GPU it has none of
     assert rows[W1].endswith("no     CPU -/2, GPU -/0, lab-2 -/1")
@@ -123,13 +131,13 @@ def test_the_text_shows_registered_next_to_declared_and_the_problems_of_alive_no
 
 
 def test_an_unreachable_host_and_an_unreadable_cluster_say_so_and_what_to_check():
-    answers = {
+    recorded = {
         **HEALTHY,
         W2: Answer(255, "", "ssh: connect to host 192.0.2.12 port 22: Connection refused\n"),
-        " cluster": Answer(1, "", "Error response from daemon: container is not running\n"),
-        " ray status": Answer(None, "", "no answer within 45 s"),
+        "cluster": Answer(1, "", "Error response from daemon: container is not running\n"),
+        "ray status": Answer(None, "", "no answer within 45 s"),
     }
-    report = operate.build_status(lab_inventory(), answers, None)
+    report = operate.build_status(lab_inventory(), answers(recorded), None)
     assert report["not_alive"] == [HEAD, W1, W2]  # without the head's answer no node is known alive
     unreachable = report["hosts"][2]
     assert unreachable["reached"] is False
@@ -153,9 +161,9 @@ def test_a_host_leaving_the_cluster_is_listed_but_not_required_alive():
             {"name": W1, "data": {"ray_state": "absent"}},
         ],
     )
-    answers = {HEAD: probe(), W1: probe(unit="inactive", container="absent", version=None),
-               " cluster": cluster_answer(node(HEAD))}  # fmt: skip
-    report = operate.build_status(inventory, answers, None)
+    recorded = {HEAD: probe(), W1: probe(unit="inactive", container="absent", version=None),
+               "cluster": cluster_answer(node(HEAD))}  # fmt: skip
+    report = operate.build_status(inventory, answers(recorded), None)
     assert report["ok"] is True
     assert [(h["name"], h["member"], h["alive"]) for h in report["hosts"]] == [(HEAD, True, True), (W1, False, False)]
 

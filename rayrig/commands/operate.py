@@ -180,10 +180,11 @@ def _cmd_exec(args: argparse.Namespace) -> int:
     try:
         args, command = exec_arguments(args)
         inventory = load_inventory(args.inventory)
-        hosts = inventory.members if args.all else [inventory.pick(name) for name in args.host or [None]]
+        picked = inventory.members if args.all else [inventory.pick(name) for name in args.host or [None]]
+        hosts = list({h.name: h for h in picked}.values())  # a host named twice runs the command once
         if not command:
             raise OperateError("no command to run: give it after --, e.g. -- ray --version", 2)
-        if len(hosts) == 1:
+        if len(hosts) == 1 and not args.all:
             return _exec_one(inventory, hosts[0], command, args.on_host)
         return _exec_many(inventory, hosts, command, args.on_host, args.timeout)
     except OperateError as error:

@@ -316,6 +316,11 @@ def test_exec_all_prints_one_block_per_host_each_line_prefixed_by_its_name(hosts
     assert capsys.readouterr().out.splitlines() == [f"{ip}: ray, version 2.60.0" for ip in (HEAD, W1, W2)]
 
 
+def test_exec_prefixes_every_host_it_runs_on_with_all_even_one_and_a_host_named_twice_runs_once(hosts, capsys):
+    assert main(["exec", hosts.path, "--host", W1, "--host", W1, "--host", HEAD, "--", "ray", "--version"]) == 0
+    assert capsys.readouterr().out.splitlines() == [f"{ip}: ray, version 2.60.0" for ip in (W1, HEAD)]
+
+
 def test_exec_all_exits_with_the_worst_status_and_255_for_an_unreachable_host(hosts, capsys):
     assert main(["exec", hosts.path, "--all", "--on-host", "--", "sh", "-c", 'exit "${FAKE_HOST##*.}"']) == 12
     assert f"{W2}: exit status 12" in capsys.readouterr().err

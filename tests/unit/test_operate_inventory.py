@@ -223,3 +223,20 @@ def test_an_inventory_listing_rayrig_cannot_read_is_a_one_line_error(tmp_path, m
     with pytest.raises(OperateError, match="pyinfra printed no inventory that rayrig can read") as error:
         load_inventory(str(inventory))
     assert error.value.status == 1
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["status"], "the following arguments are required: inventory"),
+        (["status", "inv.py", "--timeout", "0"], "'0' is not a number of seconds above 0"),
+        (["logs", "inv.py", "-n", "0"], "'0' is not a whole number of at least 1"),
+        (["exec", "inv.py", "--host", "a", "--all", "--", "true"], "not allowed with argument"),
+        (["ssh", "inv.py", "a", "b"], "unrecognized arguments: b"),
+    ],
+)
+def test_bad_arguments_are_usage_errors_without_a_traceback(argv, words, capsys):
+    with pytest.raises(SystemExit) as done:
+        main(argv)
+    err = capsys.readouterr().err
+    assert done.value.code == 2 and words in err and "Traceback" not in err

@@ -320,11 +320,21 @@ def save_report(result: dict[str, Any], report_dir: Path, cluster: str) -> tuple
     return json_path, plot_path
 
 
-def latest_checks(cluster: str, report_dir: Path) -> str:
-    """One line on the newest checks report of ``cluster``: its verdict and where it and its plot are."""
+def latest_report(cluster: str, report_dir: Path) -> dict[str, Any] | None:
+    """The newest checks report of ``cluster``: ``{"verdict", "report", "plot"}`` (paths as text,
+    ``plot`` None when there is none); None when the checks never ran here."""
     reports = sorted(report_dir.glob(f"checks-{cluster}-*[0-9].json"))
     if not reports:
-        return "==> checks: no report yet (rayrig check inventories/lab.py)"
+        return None
     verdict = json.loads(reports[-1].read_text()).get("verdict", {}).get("status", "unknown")
     plot = reports[-1].with_name(reports[-1].stem + "-busbw.png")
-    return f"==> checks: {verdict}; report {reports[-1]}" + (f", plot {plot}" if plot.exists() else "")
+    return {"verdict": verdict, "report": str(reports[-1]), "plot": str(plot) if plot.exists() else None}
+
+
+def latest_checks(cluster: str, report_dir: Path) -> str:
+    """One line on the newest checks report of ``cluster``: its verdict and where it and its plot are."""
+    latest = latest_report(cluster, report_dir)
+    if latest is None:
+        return "==> checks: no report yet (rayrig check inventories/lab.py)"
+    plot = f", plot {latest['plot']}" if latest["plot"] else ""
+    return f"==> checks: {latest['verdict']}; report {latest['report']}{plot}"

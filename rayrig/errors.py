@@ -37,6 +37,7 @@ from cloud.lab import LabError
 from deploy.auth import TokenError
 from images.stream import CommandError
 from rayrig.dashboard import DashboardError
+from rayrig.inventory import OperateError
 from rayrig.run import InventoryFileError
 
 EXIT_OK = 0
@@ -148,8 +149,9 @@ def explain(exc: BaseException) -> Failure:
     if isinstance(exc, RayrigError):
         message, rest = _first_and_rest(exc.message)
         return Failure(message, exc.hint, exc.status, rest + exc.details)
-    if isinstance(exc, InventoryFileError):
-        return Failure(str(exc), None, exc.status)
+    if isinstance(exc, (InventoryFileError, OperateError)):
+        message, details = _first_and_rest(str(exc))
+        return Failure(message, None, exc.status, details)
     if isinstance(exc, SpecError):
         return _spec_failure(exc)
     if isinstance(exc, (CloudError, LabError, DashboardError, TokenError, PyinfraError)):

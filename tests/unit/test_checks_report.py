@@ -134,3 +134,14 @@ def test_latest_checks_reports_the_newest_verdict_and_its_plot(tmp_path):
     assert "checks-lab-20261130-000002.json" in line
     assert "checks-lab-20261130-000002-busbw.png" in line
     assert "no report yet" in report.latest_checks("absent", tmp_path)
+
+
+def test_latest_report_gives_the_newest_verdict_and_paths_as_data(tmp_path):
+    (tmp_path / "checks-lab-20261130-000001.json").write_text(json.dumps({"verdict": {"status": "PASS"}}))
+    (tmp_path / "checks-lab-20261130-000002.json").write_text(json.dumps({"verdict": {"status": "WARN"}}))
+    assert report.latest_report("lab", tmp_path) == {
+        "verdict": "WARN",
+        "report": str(tmp_path / "checks-lab-20261130-000002.json"),
+        "plot": None,
+    }
+    assert report.latest_report("absent", tmp_path) is None

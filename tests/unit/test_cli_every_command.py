@@ -111,8 +111,8 @@ def usage_cases(leaf: argparse.ArgumentParser) -> list[Case]:
     cases = [Case((*path, "--rayrig-no-such-option", *filled), 2, "unrecognized arguments", "unknown option")]
     for action in leaf._actions:
         if action.option_strings and action.type not in (None, str, Path) and action.dest not in MISSING_OPTION_INPUTS:
-            option = action.option_strings[-1]
-            cases.append(Case((*path, *filled, option, "not-a-value!"), 2, f"argument {option}", f"bad {option}"))
+            option, named = action.option_strings[-1], "/".join(action.option_strings)  # argparse's "-n/--lines"
+            cases.append(Case((*path, *filled, option, "not-a-value!"), 2, f"argument {named}", f"bad {option}"))
         if action.option_strings and action.choices:
             option = action.option_strings[-1]
             cases.append(Case((*path, *filled, option, "not-a-choice"), 2, "invalid choice", f"bad {option}"))

@@ -70,7 +70,8 @@ def test_status_lists_every_host_as_an_alive_node_with_its_resources(lab: Lab, f
 
 def test_status_names_a_worker_whose_ray_node_unit_is_stopped_and_exits_1(lab: Lab, first_deploy):
     worker = lab.workers[0]
-    lab.sh(worker, "sudo systemctl stop ray-node")
+    # Docker stops the container; stopping the unit too keeps Restart=always from starting it again
+    lab.sh(worker, "sudo docker stop --time 30 ray-node && sudo systemctl stop ray-node")
     try:
         deadline = time.monotonic() + 120  # the head notices a node is gone within Ray's health checks
         while True:

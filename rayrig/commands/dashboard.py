@@ -1,4 +1,8 @@
-"""``rayrig dashboard INVENTORY``: open an SSH tunnel to the head's dashboard and say how to use it."""
+"""``rayrig dashboard INVENTORY``: open an SSH tunnel to the head's dashboard and say how to use it.
+
+Exit codes: 0 closed with Ctrl-C, 1 the tunnel did not open or ssh ended it (the message has ssh's
+words), 2 bad usage (no such inventory file).
+"""
 
 from __future__ import annotations
 
@@ -10,23 +14,25 @@ from rayrig import dashboard
 
 
 def _cmd_dashboard(args: argparse.Namespace) -> int:
+    """0 after Ctrl-C; 1 when the tunnel cannot be opened or ssh ends it (ssh's words); 2 no such inventory file."""
     try:
         plan = dashboard.tunnel_plan(dashboard.load_inventory(args.inventory))
-        local_port = args.local_port or plan["remote_port"]
+        local_port = args.local_port or plan.remote_port
         if args.print_command:
             print(shlex.join(dashboard.ssh_command(plan, local_port)))
             return 0
-        process = dashboard.open_tunnel(plan, local_port)
+        tunnel = dashboard.open_tunnel(plan, local_port)
     except dashboard.DashboardError as error:
         print(f"rayrig dashboard: {error}", file=sys.stderr)
-        return 2
-    print(dashboard.banner(plan, local_port), flush=True)
-    try:
-        return process.wait()
-    except KeyboardInterrupt:
-        process.terminate()
-        process.wait(timeout=10)
-        return 0
+        return error.status
+    with tunnel:
+        print(dashboard.banner(plan, local_port), flush=True)
+        try:
+            tunnel.process.wait()
+        except KeyboardInterrupt:
+            return 0
+        print(f"rayrig dashboard: the tunnel closed: {tunnel.failure()}", file=sys.stderr)
+        return 1
 
 
 def _port(text: str) -> int:

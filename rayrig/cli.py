@@ -10,11 +10,12 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from rayrig.commands import cloud, dashboard, deploy, image, lab, token
+from rayrig.commands import cloud, dashboard, deploy, image, lab, submit, token
 
 #: Command modules whose ``register(subparsers)`` adds one area each, in ``rayrig --help``'s order:
-#: ``rayrig lab ...``, ``rayrig image ...``, ``rayrig cloud ...``, deploy/check/demo, ``rayrig token ...``, dashboard.
-AREAS = (lab, image, cloud, deploy, token, dashboard)
+#: ``rayrig lab ...``, ``rayrig image ...``, ``rayrig cloud ...``, deploy/check/demo, ``rayrig token ...``, dashboard,
+#: submit.
+AREAS = (lab, image, cloud, deploy, token, dashboard, submit)
 
 
 def build_parser() -> argparse.ArgumentParser:

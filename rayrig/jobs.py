@@ -97,7 +97,7 @@ def connect(address: str, headers: Mapping[str, str]) -> Any:
         return JobSubmissionClient(address, headers=dict(headers))
     except AuthenticationError as error:
         raise JobError(_refused(error)) from None
-    except (ConnectionError, RuntimeError) as error:
+    except (OSError, RuntimeError, ValueError) as error:  # requests' errors are OSErrors
         raise JobError(f"the dashboard at {address} does not answer as Ray's Jobs API: {_first_line(error)}") from None
 
 
@@ -122,9 +122,12 @@ def follow(client: Any, job_id: str, write: Callable[[str], Any]) -> None:
         async for chunk in client.tail_job_logs(job_id):
             write(chunk)
 
+    # Ray's client streams through aiohttp (a dependency of ray[default]); loaded with it, only to follow a job.
+    from aiohttp import ClientError
+
     try:
         asyncio.run(tail())
-    except (OSError, RuntimeError) as error:  # aiohttp's connection errors are OSErrors
+    except (ClientError, OSError, RuntimeError) as error:
         raise JobError(f"lost the job's log stream: {_first_line(error)}") from None
 
 

@@ -34,10 +34,10 @@ EXIT_INTERRUPTED = 130
 
 
 def how_to_reach(inventory: str, job_id: str) -> str:
-    """How to follow or stop a job this command no longer follows."""
+    """How to follow or stop a job this command does not follow."""
     return (
-        f"To follow it: `rayrig dashboard {shlex.quote(inventory)}` in another shell, then with its export "
-        f"lines: `ray job logs -f {job_id}`; to stop it: `ray job stop {job_id}`"
+        f"`rayrig dashboard {shlex.quote(inventory)}` in another shell, then with its export lines "
+        f"`ray job logs -f {job_id}` follows it and `ray job stop {job_id}` stops it"
     )
 
 
@@ -87,7 +87,7 @@ def _submit(args: argparse.Namespace, command: list[str], runtime: dict) -> int:
         if args.no_wait:
             print(job_id, flush=True)
             print(f'rayrig submit: submitted job {job_id} to cluster "{plan.cluster}".', file=sys.stderr)
-            print(f"rayrig submit: {how_to_reach(args.inventory, job_id)}", file=sys.stderr)
+            print(f"rayrig submit: to follow or stop it: {how_to_reach(args.inventory, job_id)}", file=sys.stderr)
             return 0
         print(f'rayrig submit: job {job_id} on cluster "{plan.cluster}" (via {plan.destination})', file=sys.stderr)
         try:
@@ -96,13 +96,13 @@ def _submit(args: argparse.Namespace, command: list[str], runtime: dict) -> int:
         except KeyboardInterrupt:
             print(
                 f"\nrayrig submit: stopped following job {job_id}; it keeps running on the cluster "
-                f"(rayrig submit does not stop it). {how_to_reach(args.inventory, job_id)}",
+                f"(rayrig submit does not stop it). To follow or stop it: {how_to_reach(args.inventory, job_id)}",
                 file=sys.stderr,
             )
             return EXIT_INTERRUPTED
         except jobs.JobError as error:
             raise jobs.JobError(
-                f"job {job_id}: {error}{_tunnel_note(tunnel)}. The job may still run: "
+                f"job {job_id}: {error}{_tunnel_note(tunnel)}. The job may still run; to follow or stop it: "
                 f"{how_to_reach(args.inventory, job_id)}"
             ) from None
     if outcome.exit_status == 0:

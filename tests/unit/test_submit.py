@@ -345,3 +345,22 @@ def test_bad_usage_exits_2_with_one_line_and_touches_no_cluster(inventory, fake_
     err = capsys.readouterr().err
     assert words in err and "Traceback" not in err
     assert not fake_ssh.exists() and not server.requests
+
+
+def test_a_tunnel_that_drops_while_following_is_exit_1_naming_the_tunnel_and_the_job(server, inventory, fake_ssh,
+                                                                                      capsys):  # fmt: skip
+    server.job["hang"] = True
+
+    def kill_ssh_once_streaming() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not any(r["path"].endswith("/tail") for r in server.requests):
+            time.sleep(0.1)
+        time.sleep(0.5)
+        os.kill(json.loads(fake_ssh.read_text())["pid"], signal.SIGKILL)
+
+    threading.Thread(target=kill_ssh_once_streaming, daemon=True).start()
+    assert main(["submit", str(inventory), "--", "python", "train.py"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("rayrig submit: job raysubmit_fake1: lost the job's log stream: "), err
+    assert "(the tunnel closed: ssh to ubuntu@192.0.2.10 exited with status -9" in err
+    assert "The job may still run; to follow or stop it:" in err and "`ray job stop raysubmit_fake1`" in err

@@ -92,9 +92,10 @@ def ssh_options(name: str, data: dict[str, Any]) -> list[str]:
         # ['-o', 'StrictHostKeyChecking=accept-new', '-F', '/repo/.rayrig/ec2/c.ssh_config',
         #  '-l', 'ubuntu', '--', '10.0.0.5']
 
-    Relative file names are the repository root's, as for a deploy. ``ssh_password`` is never
-    passed: ssh asks for it on the terminal. A value ssh cannot take is an error naming the
-    host, the key and what is expected.
+    Relative file names are the repository root's, as for a deploy. Secrets are never passed:
+    ssh asks for a password (``ssh_password``) or a key's passphrase (``ssh_key_password``) on
+    the terminal, unless the agent holds the key. ``ssh_paramiko_connect_kwargs`` is paramiko's
+    alone. A value ssh cannot take is an error naming the host, the key and what is expected.
     """
 
     def bad(key: str, expected: str) -> DashboardError:

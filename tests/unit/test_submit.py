@@ -185,6 +185,21 @@ def test_the_logs_arrive_in_order_and_the_outcome_carries_the_jobs_error_line(se
 
 
 @pytest.mark.parametrize(
+    ("message", "line"),
+    [
+        (FAILED_MESSAGE, "Job entrypoint command failed with exit code 1: RuntimeError: no GPU on rayrig-e2e-2"),
+        ("Job entrypoint command failed with exit code 137. No logs available.",
+         "Job entrypoint command failed with exit code 137. No logs available."),
+        ("runtime_env setup failed: Failed to set up runtime environment.\nTraceback ...\nKeyError: 'pip'\n",
+         "runtime_env setup failed: Failed to set up runtime environment."),
+        ("", "(the Jobs API gave no message)"),
+    ],
+)  # fmt: skip
+def test_the_error_line_is_rays_first_line_and_for_a_failed_command_the_last_line_of_its_logs(message, line):
+    assert jobs.error_line(message) == line
+
+
+@pytest.mark.parametrize(
     ("headers", "words"),
     [({}, "Missing authentication token"), ({"Authorization": "Bearer not-the-token"}, "Invalid authentication token")],
 )

@@ -36,8 +36,8 @@ import where
 ray.init()
 nodes = sys.argv[1:]
 found = ray.get([where.hostname.options(resources={node: 1}).remote() for node in nodes], timeout=300)
-for node, hostname in zip(nodes, found):
-    print(f"task pinned to {node} ran on {hostname}", flush=True)
+for node, (hostname, address) in zip(nodes, found):
+    print(f"task pinned to {node} ran on {hostname} ({address})", flush=True)
 """
 
 WHERE = """
@@ -48,7 +48,7 @@ import ray
 
 @ray.remote(num_cpus=0)
 def hostname():
-    return socket.gethostname()
+    return socket.gethostname(), ray.util.get_node_ip_address()
 """
 
 FAILING = """
@@ -76,8 +76,8 @@ def test_a_job_with_a_working_dir_runs_one_task_on_each_node_and_exits_0(lab: La
     names = [h["name"] for h in lab.hosts]
     result = rayrig([*SUBMIT, "--working-dir", str(project), "--", "python", "job.py", *names])
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    for name in names:  # each lab host's hostname is its name; ray-node shares the host's network and name
-        assert f"task pinned to {name} ran on {name}" in result.stdout, result.stdout[-3000:]
+    for h in lab.hosts:  # a lab host's hostname is its name; ray-node shares the host's network, and so its name
+        assert f"task pinned to {h['name']} ran on {h['name']} ({h['address']})" in result.stdout, result.stdout[-3000:]
     assert "SUCCEEDED" in result.stderr.splitlines()[-1]
     assert cluster_token() not in result.stdout + result.stderr
 

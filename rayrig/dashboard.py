@@ -265,8 +265,13 @@ def export_lines(plan: TunnelPlan, local_port: int) -> list[str]:
 def banner(plan: TunnelPlan, local_port: int) -> str:
     """What the user reads once the tunnel is open (never the token itself)."""
     lines = [f'Dashboard of cluster "{plan.cluster}": http://127.0.0.1:{local_port}']
-    if plan.token_file:
+    if plan.token_file and plan.token_file.is_file():
         lines.append(f"It asks for the cluster's Ray token: it is in {plan.token_file}")
+    elif plan.token_file:
+        lines.append(
+            f"It asks for the cluster's Ray token, which this machine has no copy of yet ({plan.token_file}): "
+            "a deploy from here fetches it from the head (`rayrig deploy INVENTORY`)"
+        )
     lines.append(f"The tunnel runs over SSH to {plan.destination} until Ctrl-C.")
     lines.append("Ray's own clients (ray job submit, ray list nodes ...) in another shell, after:")
     return "\n".join(lines + export_lines(plan, local_port))

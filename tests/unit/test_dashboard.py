@@ -206,3 +206,10 @@ def test_ssh_that_fails_ends_the_command_with_1_and_ssh_s_words(tmp_path, monkey
     assert "rayrig dashboard: ssh to ubuntu@10.9.9.9 exited with status 255: " in err
     assert "Connection refused" in err
     assert "Traceback" not in err
+
+
+def test_the_banner_says_when_this_machine_has_no_copy_of_the_token_yet(state):
+    plan = dashboard.tunnel_plan([HEAD])
+    assert "which this machine has no copy of yet" in dashboard.banner(plan, 8265)
+    auth.ensure_token(settings.merge({}))
+    assert "which this machine has no copy of yet" not in dashboard.banner(plan, 8265)

@@ -20,7 +20,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import secrets
 import shlex
+import string
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -35,6 +37,10 @@ TERMINAL = tuple(EXIT_STATUS)
 #: How Ray's job supervisor starts the message of a failed entrypoint; the log's tail follows it.
 LOG_TAIL_MARK = re.compile(r",? last available logs \(truncated to [\d,]+ chars\):\s*$")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+#: What the Jobs API answers while the head has no job agent yet (just started), and how long to wait for one.
+NO_AGENT = "No available agent to submit job"
+AGENT_WAIT_S, AGENT_RETRY_S = 60.0, 2.0
+ID_CHARACTERS = "".join(sorted(set(string.ascii_letters + string.digits) - set("IloO0")))
 
 
 class JobError(Exception):
@@ -101,18 +107,38 @@ def connect(address: str, headers: Mapping[str, str]) -> Any:
         raise JobError(f"the dashboard at {address} does not answer as Ray's Jobs API: {_first_line(error)}") from None
 
 
-def submit(client: Any, command: Sequence[str], runtime: Mapping[str, Any]) -> str:
+def submission_id() -> str:
+    """A new ID for a job, in the form the Jobs API makes them (``raysubmit_`` and 16 unambiguous characters)."""
+    return "raysubmit_" + "".join(secrets.choice(ID_CHARACTERS) for _ in range(16))
+
+
+def submit(client: Any, command: Sequence[str], runtime: Mapping[str, Any], wait_s: float = AGENT_WAIT_S) -> str:
     """Submit ``command`` with ``runtime``; the job's submission ID. The head runs it with a shell,
-    each argument quoted as the user gave it."""
+    each argument quoted as the user gave it.
+
+    A head that has just started has no job agent yet, and the Jobs API says so ("No available
+    agent to submit job, please try again later"): the submission is tried again for up to
+    ``wait_s``, with the same ID, so that one that got through before its answer was lost is
+    found rather than started twice.
+    """
     # Ray's exception for a refused token, from the module connect() loaded.
     from ray.exceptions import AuthenticationError
 
-    try:
-        return client.submit_job(entrypoint=shlex.join(command), runtime_env=dict(runtime))
-    except AuthenticationError as error:
-        raise JobError(_refused(error)) from None
-    except (OSError, RuntimeError, ValueError) as error:
-        raise JobError(f"the job was not submitted: {_first_line(error)}") from None
+    job_id, deadline, tried = submission_id(), time.monotonic() + wait_s, False
+    while True:
+        try:
+            return client.submit_job(entrypoint=shlex.join(command), runtime_env=dict(runtime), submission_id=job_id)
+        except AuthenticationError as error:
+            raise JobError(_refused(error)) from None
+        except RuntimeError as error:
+            if tried and f"{job_id} already exists" in str(error):
+                return job_id  # an earlier try got through
+            if NO_AGENT not in str(error) or time.monotonic() > deadline:
+                raise JobError(f"the job was not submitted: {_first_line(error)}") from None
+        except (OSError, ValueError) as error:
+            raise JobError(f"the job was not submitted: {_first_line(error)}") from None
+        tried = True
+        time.sleep(AGENT_RETRY_S)
 
 
 def follow(client: Any, job_id: str, write: Callable[[str], Any]) -> None:

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import io
+import itertools
 import json
 import os
+import re
 import signal
 import sys
 import threading
@@ -26,6 +28,7 @@ from deploy import auth, settings
 from rayrig import dashboard, jobs
 from rayrig.cli import main
 
+NEW_SUBMISSION_ID = jobs.submission_id  # before the tests pin it
 FAKE_SSH = Path(__file__).parent / "fixtures" / "submit" / "fake_ssh.py"
 CLUSTER = "lab"
 FAILED_MESSAGE = (
@@ -90,9 +93,18 @@ class FakeDashboard:
             return web.Response(text="ok")
         return web.Response(text="ok") if uri in self.packages else web.Response(status=404, text="not found")
 
-    async def submit(self, request):
-        self.submitted.append(await request.json())
-        return web.json_response({"submission_id": "raysubmit_fake1", "job_id": "01000000"})
+    async def submit(self, request):  # "no_agent": how many submissions to answer as a head without its agent yet
+        job = await request.json()
+        if any(j["submission_id"] == job["submission_id"] for j in self.submitted):
+            text = f"Job with submission_id {job['submission_id']} already exists. Please use a different one."
+            return web.Response(status=400, text=text)
+        if self.job.get("no_agent", 0) > 0:
+            self.job["no_agent"] -= 1
+            if self.job.get("lost_answer"):  # the job started, its answer did not arrive
+                self.submitted.append(job)
+            return web.Response(status=500, text="No available agent to submit job, please try again later.")
+        self.submitted.append(job)
+        return web.json_response({"submission_id": job["submission_id"], "job_id": "01000000"})
 
     async def tail(self, request):
         ws = web.WebSocketResponse()
@@ -109,6 +121,13 @@ class FakeDashboard:
             "type": "SUBMISSION", "submission_id": request.match_info["id"], "entrypoint": "python job.py",
             "status": self.job["status"], "message": self.job["message"],
         })  # fmt: skip
+
+
+@pytest.fixture(autouse=True)
+def known_job_id(monkeypatch):
+    numbers = itertools.count(1)
+    monkeypatch.setattr(jobs, "submission_id", lambda: f"raysubmit_fake{next(numbers)}")  # 1 for a test's first
+    monkeypatch.setattr(jobs, "AGENT_RETRY_S", 0.05)
 
 
 @pytest.fixture
@@ -168,6 +187,31 @@ def test_the_working_dir_is_zipped_without_what_gitignore_names_uploaded_once_an
     server.requests.clear()
     jobs.submit(client, ["python", "job.py"], jobs.runtime_env(project, {}))  # the same folder: no second upload
     assert [r["method"] for r in server.requests if r["path"].startswith("/api/packages")] == ["GET"]
+
+
+@pytest.mark.parametrize("lost_answer", [False, True])
+def test_a_head_without_its_job_agent_yet_is_asked_again_with_the_same_id_and_runs_the_job_once(
+    server, token, lost_answer
+):
+    server.job.update(no_agent=2, lost_answer=lost_answer)
+    client = jobs.connect(f"http://127.0.0.1:{server.port}", {"Authorization": f"Bearer {token}"})
+    assert jobs.submit(client, ["python", "job.py"], {}) == "raysubmit_fake1"
+    assert [j["submission_id"] for j in server.submitted] == ["raysubmit_fake1"]
+    assert len([r for r in server.requests if r["path"] == "/api/jobs/"]) == (2 if lost_answer else 3)
+
+
+def test_a_head_whose_job_agent_never_comes_is_an_error_after_the_wait(server, token):
+    server.job.update(no_agent=1000)
+    client = jobs.connect(f"http://127.0.0.1:{server.port}", {"Authorization": f"Bearer {token}"})
+    with pytest.raises(jobs.JobError, match="the job was not submitted: .*No available agent to submit job"):
+        jobs.submit(client, ["python", "job.py"], {}, wait_s=0.3)
+    assert not server.submitted
+
+
+def test_job_ids_look_like_the_jobs_apis_own_and_differ():
+    ids = {NEW_SUBMISSION_ID() for _ in range(50)}
+    assert len(ids) == 50
+    assert all(re.fullmatch(r"raysubmit_[A-HJ-NP-Za-km-z1-9]{16}", i) for i in ids), ids
 
 
 def test_the_logs_arrive_in_order_and_the_outcome_carries_the_jobs_error_line(server, token):

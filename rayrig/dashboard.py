@@ -205,9 +205,15 @@ class Tunnel:
         self._messages.seek(0)
         return self._messages.read().strip()
 
-    def failure(self) -> str:
-        """Why the tunnel is gone, in ssh's words, and what to try; empty while it runs."""
-        if self.process.poll() is None:
+    def failure(self, wait_s: float = 0) -> str:
+        """Why the tunnel is gone, in ssh's words, and what to try; empty while it runs.
+
+        ``wait_s``: how long to give an ssh whose connection just broke to finish exiting
+        (its sockets close before its exit status is there to read).
+        """
+        try:
+            self.process.wait(timeout=wait_s)
+        except subprocess.TimeoutExpired:
             return ""
         detail = self.messages() or "(ssh said nothing)"
         return (

@@ -118,7 +118,7 @@ def _write(chunk: str) -> None:
 
 
 def _tunnel_note(tunnel: dashboard.Tunnel) -> str:
-    failure = tunnel.failure()
+    failure = tunnel.failure(wait_s=2)  # the dashboard's connection broke: is ssh on its way out?
     return f" (the tunnel closed: {failure})" if failure else ""
 
 

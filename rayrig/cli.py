@@ -14,13 +14,13 @@ from collections.abc import Iterator, Sequence
 
 from images import RAY_VERSION
 from rayrig import __version__
-from rayrig.commands import cloud, dashboard, deploy, image, lab, operate, token
+from rayrig.commands import cloud, dashboard, deploy, image, lab, operate, submit, token
 from rayrig.errors import run_command
 
 #: Command modules whose ``register(subparsers)`` adds one area each, in ``rayrig --help``'s order:
 #: ``rayrig lab ...``, ``rayrig image ...``, ``rayrig cloud ...``, deploy/check/demo, ``rayrig token ...``, dashboard,
-#: and the day-to-day commands on a running cluster (status, ssh, exec, logs).
-AREAS = (lab, image, cloud, deploy, token, dashboard, operate)
+#: and the day-to-day commands on a running cluster (status, ssh, exec, logs, submit).
+AREAS = (lab, image, cloud, deploy, token, dashboard, operate, submit)
 
 
 def version() -> str:

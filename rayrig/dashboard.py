@@ -1,90 +1,112 @@
-"""The head's dashboard on this machine, through SSH (``rayrig dashboard INVENTORY``).
+"""The head's dashboard on this machine, through SSH (``rayrig dashboard INVENTORY``, ``rayrig submit``).
 
 The dashboard binds 127.0.0.1 on the head by default (``ray_dashboard_host``)
 and the firewall keeps its port closed, so the way in is an SSH tunnel:
 
     $ rayrig dashboard inventories/prod.py
     Dashboard of cluster "cluster": http://127.0.0.1:8265
-    It asks for the cluster's Ray token: it is in .rayrig/clusters/cluster/ray_auth_token
+    It asks for the cluster's Ray token: it is in /home/me/rayrig/.rayrig/clusters/cluster/ray_auth_token
     The tunnel runs over SSH to root@10.0.0.1 until Ctrl-C.
+    Ray's own clients (ray job submit, ray list nodes ...) in another shell, after:
+    export RAY_ADDRESS=http://127.0.0.1:8265
+    export RAY_AUTH_MODE=token
+    export RAY_AUTH_TOKEN_PATH=/home/me/rayrig/.rayrig/clusters/cluster/ray_auth_token
 
-The tunnel is OpenSSH's own (``ssh -N -L``), so the user's SSH config, agent
-and known hosts apply, with the inventory's user, port and key on top.
+The tunnel is OpenSSH's own (``ssh -N -L``), so the user's agent applies, and
+the head is reached the way pyinfra's ssh connector reaches it for a deploy:
+its inventory data's ``ssh_hostname``, ``ssh_user``, ``ssh_port``, ``ssh_key``,
+``ssh_known_hosts_file``, ``ssh_strict_host_key_checking`` and
+``ssh_config_file`` (``-F``: where a bastion's ProxyJump lives, as
+``rayrig cloud up`` writes it for EC2 clusters behind one). :func:`ssh_options`
+turns any host's data into those options.
 """
 
 from __future__ import annotations
 
-import json
+import shlex
 import socket
 import subprocess
-import sys
+import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from deploy import auth
 from deploy.paths import repo_root
-from deploy.settings import merge
+from rayrig.inventory import Inventory, SshSettings, ssh_argv
 
 LOOPBACK_OR_ANY = ("127.0.0.1", "localhost", "::1", "0.0.0.0", "::")
 
+EXIT_FAILED, EXIT_USAGE = 1, 2
+
 
 class DashboardError(Exception):
-    """The tunnel can't be opened; the message says why."""
+    """The tunnel can't be opened; the message says why, ``status`` is the exit status to end with."""
+
+    def __init__(self, message: str, status: int = EXIT_FAILED):
+        super().__init__(message)
+        self.status = status
 
 
-def load_inventory(path: str) -> list[dict[str, Any]]:
-    """The hosts of an inventory file as pyinfra builds them (group data included): [{name, data}].
+def _local_path(value: Any) -> Path:
+    """A path from inventory data, as the deploy (which runs from the repository root) reads it."""
+    path = Path(str(value)).expanduser()
+    return path if path.is_absolute() else repo_root() / path
 
-    pyinfra's own ``debug-inventory`` loads it, from the repository root, as a deploy would.
+
+def ssh_options(name: str, data: dict[str, Any]) -> list[str]:
+    """OpenSSH's options and destination for reaching host ``name`` with its inventory ``data``:
+    ``[options..., "--", hostname]``, to follow ``ssh`` and any options of the caller's own.
+
+    The same options as every day-to-day command's (:func:`rayrig.inventory.ssh_argv`), so
+    that a bastion's ProxyJump in ``ssh_config_file`` applies here too.
     """
-    if not Path(path).is_file():
-        raise DashboardError(f"{path}: no such inventory file")
-    pyinfra = Path(sys.executable).with_name("pyinfra")
-    command = [str(pyinfra) if pyinfra.exists() else "pyinfra", str(Path(path).resolve()), "debug-inventory", "--json"]
-    result = subprocess.run(command, cwd=repo_root(), capture_output=True, text=True, timeout=120)
-    if result.returncode != 0:
-        detail = (result.stderr.strip().splitlines() or ["(no message)"])[-1]
-        raise DashboardError(f"{path}: the inventory does not load: {detail}")
-    hosts = json.loads(result.stdout)
-    if not hosts:
-        raise DashboardError(f"{path}: the inventory yields no host (expected at least a head)")
-    return hosts
+    return ssh_argv(SshSettings.from_data(name, data))[1:]
 
 
-def tunnel_plan(hosts: list[dict[str, Any]]) -> dict[str, Any]:
-    """Where the tunnel goes: the head's SSH settings, the dashboard's address and port, the token file."""
-    heads = [h for h in hosts if merge(h["data"])["ray_role"] == "head"]
-    if len(heads) != 1:
-        raise DashboardError(f'the inventory has {len(heads)} hosts with ray_role = "head"; expected exactly one')
-    data = heads[0]["data"]
-    settings = merge(data)
+@dataclass(frozen=True)
+class TunnelPlan:
+    """Where the tunnel goes: the head, how ssh reaches it, the dashboard's address there, the token file."""
+
+    head: str
+    ssh: tuple[str, ...]  # ssh_options(head, data)
+    destination: str  # user@hostname (or hostname), as the user reads it
+    remote_host: str
+    remote_port: int
+    cluster: str
+    token_file: Path | None  # None without token authentication (ray_auth = "none")
+
+
+def tunnel_plan(inventory: Inventory) -> TunnelPlan:
+    """The tunnel to the dashboard of the inventory's head (a checked inventory has exactly one)."""
+    head = inventory.head
+    settings = head.settings
     bind = settings["ray_dashboard_host"]
-    return {
-        "hostname": data.get("ssh_hostname") or heads[0]["name"],
-        "user": data.get("ssh_user"),
-        "port": data.get("ssh_port"),
-        "key": data.get("ssh_key"),
-        "known_hosts": data.get("ssh_known_hosts_file"),
-        "remote_host": "127.0.0.1" if bind in LOOPBACK_OR_ANY else bind,
-        "remote_port": settings["ray_ports"]["dashboard"],
-        "cluster": settings["ray_cluster_name"],
-        "token_file": auth.token_path(settings) if settings["ray_auth"] == "token" else None,
-    }
+    ssh = ssh_argv(head)[1:]
+    return TunnelPlan(
+        head=head.name,
+        ssh=tuple(ssh),
+        destination=f"{head.ssh.user}@{head.ssh.hostname}" if head.ssh.user else head.ssh.hostname,
+        remote_host="127.0.0.1" if bind in LOOPBACK_OR_ANY else bind,
+        remote_port=settings["ray_ports"]["dashboard"],
+        cluster=settings["ray_cluster_name"],
+        token_file=_local_path(auth.token_path(settings)) if settings["ray_auth"] == "token" else None,
+    )
 
 
-def ssh_command(plan: dict[str, Any], local_port: int) -> list[str]:
-    """The ``ssh -N -L`` command line of the tunnel."""
+def ssh_command(plan: TunnelPlan, local_port: int) -> list[str]:
+    """The ``ssh -N -L`` command line of the tunnel (it holds no secret)."""
     args = ["ssh", "-N", "-o", "ExitOnForwardFailure=yes", "-o", "ServerAliveInterval=30"]
-    args += ["-L", f"127.0.0.1:{local_port}:{plan['remote_host']}:{plan['remote_port']}"]
-    if plan["key"]:
-        args += ["-i", str(Path(plan["key"]).expanduser())]
-    if plan["known_hosts"]:
-        args += ["-o", f"UserKnownHostsFile={Path(plan['known_hosts']).expanduser()}"]
-    if plan["port"]:
-        args += ["-p", str(plan["port"])]
-    target = f"{plan['user']}@{plan['hostname']}" if plan["user"] else plan["hostname"]
-    return [*args, target]
+    args += ["-L", f"127.0.0.1:{local_port}:{plan.remote_host}:{plan.remote_port}"]
+    return [*args, *plan.ssh]
+
+
+def free_port() -> int:
+    """A port on 127.0.0.1 that nothing listens on now (for a tunnel of its own)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 def _listening(port: int) -> bool:
@@ -93,31 +115,95 @@ def _listening(port: int) -> bool:
         return probe.connect_ex(("127.0.0.1", port)) == 0
 
 
-def open_tunnel(plan: dict[str, Any], local_port: int, wait_s: float = 30) -> subprocess.Popen:
+class Tunnel:
+    """A running ``ssh -N -L``; ssh's messages go to a temporary file (a pipe nobody reads would fill)."""
+
+    def __init__(self, plan: TunnelPlan, local_port: int, process: subprocess.Popen, messages: Any):
+        self.plan, self.local_port, self.process, self._messages = plan, local_port, process, messages
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.local_port}"
+
+    def messages(self) -> str:
+        """What ssh said on its standard error so far."""
+        self._messages.seek(0)
+        return self._messages.read().strip()
+
+    def failure(self, wait_s: float = 0) -> str:
+        """Why the tunnel is gone, in ssh's words, and what to try; empty while it runs.
+
+        ``wait_s``: how long to give an ssh whose connection just broke to finish exiting
+        (its sockets close before its exit status is there to read).
+        """
+        try:
+            self.process.wait(timeout=wait_s)
+        except subprocess.TimeoutExpired:
+            return ""
+        said = [line.strip() for line in self.messages().splitlines() if line.strip()]
+        detail = said[-1] if said else "(ssh said nothing)"  # ssh's reason comes last, after any warnings
+        return (
+            f"ssh to {self.plan.destination} exited with status {self.process.returncode}: {detail}. "
+            f"Check that this works from here: {shlex.join(['ssh', *self.plan.ssh, 'true'])}"
+        )
+
+    def close(self) -> None:
+        """Stop ssh (if it still runs) and forget its messages."""
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self._messages.close()
+
+    def __enter__(self) -> Tunnel:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def open_tunnel(plan: TunnelPlan, local_port: int, wait_s: float = 30) -> Tunnel:
     """Start the tunnel and return once the local port answers (or raise with ssh's words)."""
     if _listening(local_port):
         raise DashboardError(f"127.0.0.1:{local_port} is already in use here: choose another with --local-port")
-    process = subprocess.Popen(
-        ssh_command(plan, local_port), stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
-    )
+    messages = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 (the Tunnel closes it)
+    process = subprocess.Popen(ssh_command(plan, local_port), stdin=subprocess.DEVNULL, stderr=messages, text=True)
+    tunnel = Tunnel(plan, local_port, process, messages)
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            said = (process.stderr.read() if process.stderr else "").strip().splitlines()
-            detail = said[-1].strip() if said else "(no message)"
-            raise DashboardError(f"ssh to {plan['hostname']} exited with status {process.returncode}: {detail}")
+            failure = tunnel.failure()
+            tunnel.close()
+            raise DashboardError(failure)
         if _listening(local_port):
-            return process
+            return tunnel
         time.sleep(0.2)
-    process.terminate()
-    raise DashboardError(f"the tunnel to {plan['hostname']} did not open within {wait_s:.0f} s")
+    tunnel.close()
+    raise DashboardError(f"the tunnel to {plan.destination} did not open within {wait_s:.0f} s")
 
 
-def banner(plan: dict[str, Any], local_port: int) -> str:
+def export_lines(plan: TunnelPlan, local_port: int) -> list[str]:
+    """The shell lines that point Ray's own clients (``ray job submit``, ``ray list``, the Python SDK) at
+    the tunnel: its address and, with token authentication, the token's file (never the token)."""
+    lines = [f"export RAY_ADDRESS=http://127.0.0.1:{local_port}"]
+    if plan.token_file:
+        lines += ["export RAY_AUTH_MODE=token", f"export RAY_AUTH_TOKEN_PATH={shlex.quote(str(plan.token_file))}"]
+    return lines
+
+
+def banner(plan: TunnelPlan, local_port: int) -> str:
     """What the user reads once the tunnel is open (never the token itself)."""
-    lines = [f'Dashboard of cluster "{plan["cluster"]}": http://127.0.0.1:{local_port}']
-    if plan["token_file"]:
-        lines.append(f"It asks for the cluster's Ray token: it is in {plan['token_file']}")
-    user = f"{plan['user']}@" if plan["user"] else ""
-    lines.append(f"The tunnel runs over SSH to {user}{plan['hostname']} until Ctrl-C.")
-    return "\n".join(lines)
+    lines = [f'Dashboard of cluster "{plan.cluster}": http://127.0.0.1:{local_port}']
+    if plan.token_file and plan.token_file.is_file():
+        lines.append(f"It asks for the cluster's Ray token: it is in {plan.token_file}")
+    elif plan.token_file:
+        lines.append(
+            f"It asks for the cluster's Ray token, which this machine has no copy of yet ({plan.token_file}): "
+            "a deploy from here fetches it from the head (`rayrig deploy INVENTORY`)"
+        )
+    lines.append(f"The tunnel runs over SSH to {plan.destination} until Ctrl-C.")
+    lines.append("Ray's own clients (ray job submit, ray list nodes ...) in another shell, after:")
+    return "\n".join(lines + export_lines(plan, local_port))

@@ -38,6 +38,7 @@ from deploy.auth import TokenError
 from images.stream import CommandError
 from rayrig.dashboard import DashboardError
 from rayrig.inventory import OperateError
+from rayrig.jobs import JobError
 from rayrig.run import InventoryFileError
 
 EXIT_OK = 0
@@ -149,12 +150,12 @@ def explain(exc: BaseException) -> Failure:
     if isinstance(exc, RayrigError):
         message, rest = _first_and_rest(exc.message)
         return Failure(message, exc.hint, exc.status, rest + exc.details)
-    if isinstance(exc, (InventoryFileError, OperateError)):
+    if isinstance(exc, (InventoryFileError, OperateError, DashboardError)):
         message, details = _first_and_rest(str(exc))
         return Failure(message, None, exc.status, details)
     if isinstance(exc, SpecError):
         return _spec_failure(exc)
-    if isinstance(exc, (CloudError, LabError, DashboardError, TokenError, PyinfraError)):
+    if isinstance(exc, (CloudError, LabError, TokenError, PyinfraError, JobError)):
         message, details = _first_and_rest(str(exc))
         return Failure(message, None, EXIT_FAILURE, details)
     if isinstance(exc, CommandError):

@@ -42,6 +42,15 @@ CHECKING_VALUES = ("yes", "accept-new", "ask")
 #: pyinfra's values that would turn it off: rayrig's commands check keys anyway, trusting a first one.
 UNCHECKED_VALUES = ("no", "off")
 
+#: The ``ssh_*`` keys whose text reaches ssh, and what each must be.
+SSH_TEXT_KEYS = {
+    "ssh_user": "a user name",
+    "ssh_hostname": "a host name or address",
+    "ssh_key": "the path of a file on this machine",
+    "ssh_known_hosts_file": "the path of a file on this machine",
+    "ssh_config_file": "the path of a file on this machine",
+}
+
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -67,6 +76,8 @@ class SshSettings:
     strict_host_key_checking: str | None = None
     config_file: str | None = None
     forward_agent: bool = False
+    allow_agent: bool = True
+    look_for_keys: bool = True
 
     @classmethod
     def from_data(cls, name: str, data: Mapping[str, Any]) -> SshSettings:
@@ -81,19 +92,31 @@ class SshSettings:
                 + ", ".join(CHECKING_VALUES + UNCHECKED_VALUES),
                 EXIT_USAGE,
             )
-        for key in ("ssh_user", "ssh_hostname", "ssh_key", "ssh_known_hosts_file", "ssh_config_file"):
+        for key, expected in SSH_TEXT_KEYS.items():
             value = data.get(key)
-            if value is not None and (not isinstance(value, str) or not value or "\n" in value):
-                raise OperateError(f"host {name}: {key} = {value!r}: expected a non-empty string", EXIT_USAGE)
+            if value is None:
+                continue
+            text = value if isinstance(value, str) else ""
+            bad_path = key not in ("ssh_user", "ssh_hostname") and ('"' in text or "\n" in text)  # an -o value
+            blank = key in ("ssh_user", "ssh_hostname") and any(c.isspace() for c in text)  # one word for ssh
+            if not text.strip() or bad_path or blank:
+                raise OperateError(f"host {name}: {key} = {value!r}: expected {expected}", EXIT_USAGE)
+        if any(c.isspace() for c in name) and not data.get("ssh_hostname"):
+            raise OperateError(
+                f"host {name!r}: the host's name = {name!r}: expected a host name or address", EXIT_USAGE
+            )
         return cls(
             hostname=data.get("ssh_hostname") or name,
             user=data.get("ssh_user"),
             port=int(port) if port is not None else None,
             key=_local_path(data.get("ssh_key")),
             known_hosts_file=_local_path(data.get("ssh_known_hosts_file")),
-            strict_host_key_checking="accept-new" if strict in UNCHECKED_VALUES else strict,
+            # pyinfra's own default is accept-new; "no" is accept-new too: host keys are always checked
+            strict_host_key_checking="accept-new" if strict in (None, *UNCHECKED_VALUES) else strict,
             config_file=_local_path(data.get("ssh_config_file")),
             forward_agent=bool(data.get("ssh_forward_agent")),
+            allow_agent=data.get("ssh_allow_agent") is not False,
+            look_for_keys=data.get("ssh_look_for_keys") is not False,
         )
 
     @property
@@ -205,6 +228,15 @@ def _pyinfra_hosts(path: str) -> list[dict[str, Any]]:
     return hosts
 
 
+def inventory_file(path: str) -> Path:
+    """``path``, once it is known to be a file; else ``OperateError`` (2) naming it."""
+    if not Path(path).is_file():
+        raise OperateError(
+            f"{path}: no such inventory file (expected a pyinfra inventory such as inventories/prod.py)", EXIT_USAGE
+        )
+    return Path(path)
+
+
 def load_inventory(path: str) -> Inventory:
     """The hosts of the inventory file ``path``, checked as a deploy checks them.
 
@@ -212,10 +244,7 @@ def load_inventory(path: str) -> Inventory:
     (each problem named: host, key, value, what is expected); 1 when pyinfra cannot load it
     (the lab is not up, AWS does not answer: pyinfra's last words say why).
     """
-    if not Path(path).is_file():
-        raise OperateError(
-            f"{path}: no such inventory file (expected a pyinfra inventory such as inventories/prod.py)", EXIT_USAGE
-        )
+    inventory_file(path)
     loaded = _pyinfra_hosts(path)
     if not loaded:
         raise OperateError(f"{path}: the inventory yields no host (expected at least a head)", EXIT_USAGE)
@@ -258,8 +287,10 @@ def ssh_argv(
     ``IdentitiesOnly``, ``ssh_known_hosts_file`` ``UserKnownHostsFile``,
     ``ssh_strict_host_key_checking`` ``StrictHostKeyChecking`` (``no``/``off`` become
     ``accept-new``: host keys are always checked), ``ssh_port`` ``-p``, ``ssh_user`` ``-l``,
-    ``ssh_forward_agent`` ``-A``, ``ssh_hostname`` the host to connect to (else the name).
-    Settings the data leaves unset are left to the user's SSH configuration.
+    ``ssh_forward_agent`` ``-A``, ``ssh_allow_agent = False`` ``IdentityAgent=none``,
+    ``ssh_look_for_keys = False`` ``IdentitiesOnly``, ``ssh_hostname`` the host to connect to
+    (else the name). Host key checking is pyinfra's ``accept-new`` when the data does not say;
+    other settings the data leaves unset are left to the user's SSH configuration.
     """
     ssh = host.ssh if isinstance(host, Host) else host
     args = ["ssh"]
@@ -283,6 +314,10 @@ def ssh_argv(
         args += ["-l", ssh.user]
     if ssh.forward_agent:
         args.append("-A")
+    if not ssh.allow_agent:
+        args += ["-o", "IdentityAgent=none"]
+    if not ssh.look_for_keys and not ssh.key:  # with a key, IdentitiesOnly is already set
+        args += ["-o", "IdentitiesOnly=yes"]
     args += ["--", ssh.hostname]
     return [*args, remote] if remote else args
 

@@ -1,4 +1,8 @@
-"""``rayrig dashboard INVENTORY``: open an SSH tunnel to the head's dashboard and say how to use it."""
+"""``rayrig dashboard INVENTORY``: open an SSH tunnel to the head's dashboard and say how to use it.
+
+Exit codes: 0 closed with Ctrl-C, 1 the tunnel did not open or ssh ended it (the message has ssh's
+words), 2 bad usage (no such inventory file).
+"""
 
 from __future__ import annotations
 
@@ -6,33 +10,27 @@ import argparse
 import shlex
 
 from rayrig import dashboard
-from rayrig.errors import RayrigError, UsageError
+from rayrig.inventory import load_inventory
 
 
 def _cmd_dashboard(args: argparse.Namespace) -> int:
-    """0 when the tunnel closes; 2 (``UsageError``) when the inventory is unusable, 1 when the tunnel is."""
-    try:
-        plan = dashboard.tunnel_plan(dashboard.load_inventory(args.inventory))
-    except dashboard.DashboardError as error:
-        raise UsageError(str(error)) from None
-    local_port = args.local_port or plan["remote_port"]
+    """0 after Ctrl-C; 1 when the tunnel cannot be opened or ssh ends it (ssh's words); 2 no such inventory file."""
+    plan = dashboard.tunnel_plan(load_inventory(args.inventory))
+    local_port = args.local_port or plan.remote_port
     if args.print_command:
         print(shlex.join(dashboard.ssh_command(plan, local_port)))
         return 0
     try:
-        process = dashboard.open_tunnel(plan, local_port)
+        tunnel = dashboard.open_tunnel(plan, local_port)
     except dashboard.DashboardError as error:
-        raise RayrigError(
-            f"cannot open the tunnel to the dashboard: {error}",
-            "check that the ssh command of `rayrig dashboard INVENTORY --print-command` works from here",
-        ) from None
-    print(dashboard.banner(plan, local_port), flush=True)
-    try:
-        return process.wait()
-    except KeyboardInterrupt:
-        process.terminate()
-        process.wait(timeout=10)
-        return 0
+        raise dashboard.DashboardError(f"cannot open the tunnel to the dashboard: {error}") from None
+    with tunnel:
+        print(dashboard.banner(plan, local_port), flush=True)
+        try:
+            tunnel.process.wait()
+        except KeyboardInterrupt:
+            return 0
+        raise dashboard.DashboardError(f"the tunnel closed: {tunnel.failure()}")
 
 
 def _port(text: str) -> int:

@@ -19,10 +19,8 @@ from typing import Any
 
 from deploy import auth
 from deploy.cluster_token import ROTATION_ENV
-from deploy.schema import validate_cluster
-from deploy.settings import merge
-from rayrig.dashboard import DashboardError, load_inventory
 from rayrig.errors import UsageError
+from rayrig.inventory import OperateError, load_inventory
 from rayrig.run import run_pyinfra
 
 #: pyinfra arguments that would leave some hosts on the previous token.
@@ -42,15 +40,9 @@ def cluster_settings(inventory: str, pyinfra_args: list[str]) -> dict[str, Any]:
             "(a node left on the previous token could not rejoin the cluster)"
         )
     try:
-        hosts = load_inventory(inventory)
-    except DashboardError as error:
+        settings = dict(load_inventory(inventory).head.settings)  # checked as a deploy checks it
+    except OperateError as error:
         raise RotationUsageError(str(error)) from None
-    addresses = [(h["name"], h["data"], str(h["data"].get("ray_node_ip") or h["data"].get("ssh_hostname") or h["name"]))
-                 for h in hosts]  # fmt: skip
-    problems = validate_cluster(addresses)
-    if problems:
-        raise RotationUsageError(f"{inventory}: invalid inventory data:\n" + "\n".join(f"  - {p}" for p in problems))
-    settings = merge(next(h["data"] for h in hosts if merge(h["data"])["ray_role"] == "head"))
     if settings["ray_auth"] != "token":
         raise RotationUsageError(
             f"{inventory}: ray_auth = {settings['ray_auth']!r}: the cluster has no token to rotate"

@@ -22,6 +22,7 @@ MODULE_ORDER = (
     "test_lab_cluster",  # bring-up, security, storage, boot order
     "test_lab_checks",  # the checks on a sick cluster: a starved worker, a paused one
     "test_lab_operate",  # day to day: status (and a stopped worker), exec on every host, a host's logs
+    "test_lab_submit",  # a job from this machine through the head's tunnel; Ray's CLI with the export lines
     "test_lab_rerun",  # re-runs: what they change, what they check
     "test_lab_token",  # one token for the cluster's life
     "test_lab_rolling",  # rolling changes and head failure

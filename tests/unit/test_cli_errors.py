@@ -20,9 +20,11 @@ from images import RAY_VERSION
 from images.stream import CommandError
 from rayrig import dashboard, errors
 from rayrig.cli import main
+from rayrig.commands import dashboard as dashboard_commands
 from rayrig.commands import deploy as deploy_commands
 from rayrig.commands import image as image_commands
 from rayrig.commands import lab as lab_commands
+from rayrig.inventory import inventory_of
 
 HEAD = {"name": "10.0.0.1", "data": {"ray_role": "head", "ssh_user": "root", "ssh_port": 2222}}
 
@@ -259,7 +261,7 @@ def failing_ssh(tmp_path, monkeypatch):
     ssh.chmod(ssh.stat().st_mode | stat.S_IXUSR)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("RAYRIG_STATE_DIR", str(tmp_path / "state"))
-    monkeypatch.setattr(dashboard, "load_inventory", lambda path: [HEAD])
+    monkeypatch.setattr(dashboard_commands, "load_inventory", lambda path: inventory_of(path, [HEAD]))
     return ssh
 
 
@@ -267,16 +269,19 @@ def test_a_dashboard_whose_ssh_fails_exits_1_naming_what_failed(failing_ssh, cap
     assert main(["dashboard", "inventories/lab.py", "--local-port", "18265"]) == 1
     line = one_line(capsys.readouterr().err)
     assert line == (
-        "rayrig dashboard: cannot open the tunnel to the dashboard: ssh to 10.0.0.1 exited with status 255: "
-        "ssh: connect to host 10.0.0.1 port 2222: Connection refused; check that the ssh command of "
-        "`rayrig dashboard INVENTORY --print-command` works from here"
+        "rayrig dashboard: cannot open the tunnel to the dashboard: ssh to root@10.0.0.1 exited with status 255: "
+        "ssh: connect to host 10.0.0.1 port 2222: Connection refused. Check that this works from here: "
+        "ssh -o StrictHostKeyChecking=accept-new -p 2222 -l root -- 10.0.0.1 true"
     )
 
 
 def test_a_dashboard_inventory_without_a_head_stays_a_usage_error(monkeypatch, capsys):
-    monkeypatch.setattr(dashboard, "load_inventory", lambda path: [{"name": "w", "data": {"ray_role": "worker"}}])
+    worker = [{"name": "w", "data": {"ray_role": "worker"}}]
+    monkeypatch.setattr(dashboard_commands, "load_inventory", lambda path: inventory_of(path, worker))
     assert main(["dashboard", "inventories/lab.py"]) == 2
-    assert "expected exactly one" in one_line(capsys.readouterr().err)
+    err = capsys.readouterr().err
+    assert one_line(err) == "rayrig dashboard: inventories/lab.py: invalid inventory data:"
+    assert 'expected exactly one host with ray_role = "head"' in err
 
 
 def test_a_demo_whose_deploy_fails_is_one_line_that_says_the_lab_stays(monkeypatch, capsys):

@@ -2,14 +2,27 @@
 
 from __future__ import annotations
 
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
 import pytest
 
+from cloud.ec2 import inventory as ec2_inventory
 from deploy import auth, settings
+from deploy.paths import repo_root
 from rayrig import dashboard
 from rayrig.cli import main
+from rayrig.inventory import OperateError, inventory_of
 
 HEAD = {"name": "10.0.0.1", "data": {"ray_role": "head", "ssh_user": "root", "ssh_key": "/keys/id", "ssh_port": 2222}}
 WORKER = {"name": "10.0.0.2", "data": {"ray_role": "worker"}}
+
+
+def plan_of(hosts: list[dict]) -> dashboard.TunnelPlan:
+    return dashboard.tunnel_plan(inventory_of("inventories/test.py", hosts))
 
 
 @pytest.fixture(autouse=True)
@@ -19,41 +32,41 @@ def state(tmp_path, monkeypatch):
 
 
 def test_the_tunnel_goes_to_the_heads_loopback_dashboard_with_the_inventorys_ssh_settings():
-    plan = dashboard.tunnel_plan([WORKER, HEAD])
+    plan = plan_of([WORKER, HEAD])
     assert dashboard.ssh_command(plan, 18265) == [
         "ssh", "-N", "-o", "ExitOnForwardFailure=yes", "-o", "ServerAliveInterval=30",
-        "-L", "127.0.0.1:18265:127.0.0.1:8265", "-i", "/keys/id", "-p", "2222", "root@10.0.0.1",
+        "-L", "127.0.0.1:18265:127.0.0.1:8265", "-i", "/keys/id", "-o", "IdentitiesOnly=yes",
+        "-o", "StrictHostKeyChecking=accept-new", "-p", "2222", "-l", "root", "--", "10.0.0.1",
     ]  # fmt: skip
+    assert plan.destination == "root@10.0.0.1"
 
 
 def test_a_dashboard_bound_to_one_address_is_reached_there_and_its_port_comes_from_ray_ports():
     ports = {**settings.defaults()["ray_ports"], "dashboard": 9265}
     data = {**HEAD["data"], "ssh_hostname": "192.0.2.10", "ray_dashboard_host": "192.0.2.10", "ray_ports": ports}
     head = {"name": "gpu-head", "data": data}
-    plan = dashboard.tunnel_plan([head])
+    plan = plan_of([head])
     assert "127.0.0.1:9265:192.0.2.10:9265" in dashboard.ssh_command(plan, 9265)
-    assert dashboard.ssh_command(plan, 9265)[-1] == "root@192.0.2.10"
+    assert dashboard.ssh_command(plan, 9265)[-3:] == ["root", "--", "192.0.2.10"]
 
 
 def test_the_banner_names_the_token_file_and_never_the_token(state):
     path = auth.ensure_token(settings.merge({}))
-    plan = dashboard.tunnel_plan([HEAD, WORKER])
+    plan = plan_of([HEAD, WORKER])
     text = dashboard.banner(plan, 8265)
     assert 'Dashboard of cluster "cluster": http://127.0.0.1:8265' in text
     assert str(path) in text
     assert auth.read_token(path) not in text
-    assert "token" not in dashboard.banner(
-        dashboard.tunnel_plan([{**HEAD, "data": {**HEAD["data"], "ray_auth": "none"}}]), 1
-    )
+    assert "token" not in dashboard.banner(plan_of([{**HEAD, "data": {**HEAD["data"], "ray_auth": "none"}}]), 1)
 
 
 @pytest.mark.parametrize("hosts", [[WORKER], [HEAD, {**HEAD, "name": "10.0.0.3"}]])
 def test_an_inventory_without_exactly_one_head_is_an_error(hosts):
-    with pytest.raises(dashboard.DashboardError, match="expected exactly one"):
-        dashboard.tunnel_plan(hosts)
+    with pytest.raises(OperateError, match="exactly one"):
+        plan_of(hosts)
 
 
-def test_a_missing_inventory_is_a_usage_error(capsys):
+def test_a_missing_inventory_is_a_usage_error(capsys):  # exit 2, like rayrig deploy and check
     assert main(["dashboard", "no/such/inventory.py"]) == 2
     assert "no/such/inventory.py: no such inventory file" in capsys.readouterr().err
 
@@ -67,4 +80,142 @@ def test_an_inventory_that_yields_no_host_is_a_usage_error(tmp_path, capsys):
 
 def test_print_command_loads_the_inventory_through_pyinfra(capsys):
     assert main(["dashboard", "tests/plan/fake_inventory.py", "--print-command", "--local-port", "18000"]) == 0
-    assert capsys.readouterr().out.strip().endswith("-L 127.0.0.1:18000:127.0.0.1:8265 @fake/head")
+    printed = capsys.readouterr().out.strip()
+    assert printed.endswith("-L 127.0.0.1:18000:127.0.0.1:8265 -o StrictHostKeyChecking=accept-new -- @fake/head")
+
+
+# --- How ssh reaches the head: pyinfra's ssh_* data, a bastion through ssh_config_file -----------------
+
+
+def resolved(options: list[str]) -> dict[str, str]:
+    """What OpenSSH itself makes of ``ssh OPTIONS`` (``ssh -G``: the configuration, no connection)."""
+    result = subprocess.run(["ssh", "-G", *options], capture_output=True, text=True, timeout=30)
+    assert result.returncode == 0, result.stderr
+    seen: dict[str, str] = {}
+    for line in result.stdout.splitlines():
+        key, _, value = line.partition(" ")
+        seen[key] = f"{seen[key]} {value}" if key in seen and key == "identityfile" else value
+    return seen
+
+
+@pytest.fixture
+def keys(tmp_path):
+    for name in ("head_key", "bastion_key", "known hosts"):
+        (tmp_path / name).write_text("")
+    return tmp_path
+
+
+@pytest.mark.skipif(shutil.which("ssh") is None, reason="needs OpenSSH's ssh")
+def test_a_head_behind_a_bastion_is_reached_through_the_ssh_config_file_that_cloud_up_writes(keys, monkeypatch):
+    monkeypatch.setattr(ec2_inventory, "private_state_dir", lambda: keys)
+    config = ec2_inventory.write_ssh_config("sprint", "ec2-user@bastion.example.com:2022", ["10.0.1.5"],
+                                            str(keys / "bastion_key"))  # fmt: skip
+    data = {"ray_role": "head", "ssh_user": "ubuntu", "ssh_key": str(keys / "head_key"), "ssh_config_file": str(config)}
+    options = dashboard.ssh_options("10.0.1.5", data)
+    assert options[-2:] == ["--", "10.0.1.5"] and options[options.index("-F") + 1] == str(config)
+    seen = resolved(options)
+    assert seen["proxyjump"] == "ec2-user@bastion.example.com:2022"
+    assert (seen["user"], seen["hostname"], seen["port"]) == ("ubuntu", "10.0.1.5", "22")
+    assert str(keys / "head_key") in seen["identityfile"]
+    bastion = resolved(["-F", str(config), "bastion.example.com"])  # the hop: ssh passes -F on to it
+    assert (bastion["user"], bastion["port"]) == ("ec2-user", "2022")
+    assert bastion["identityfile"] == str(keys / "bastion_key")
+
+
+@pytest.mark.skipif(shutil.which("ssh") is None, reason="needs OpenSSH's ssh")
+def test_the_port_user_key_known_hosts_and_host_key_policy_reach_ssh_as_pyinfra_uses_them(keys):
+    data = {
+        "ssh_hostname": "head.lab.example", "ssh_user": "rayrig", "ssh_port": 2222, "ssh_key": str(keys / "head_key"),
+        "ssh_known_hosts_file": str(keys / "known hosts"), "ssh_strict_host_key_checking": "yes",
+        "ssh_allow_agent": False, "ssh_look_for_keys": False,
+    }  # fmt: skip
+    seen = resolved(dashboard.ssh_options("gpu-head", data))
+    assert (seen["hostname"], seen["user"], seen["port"]) == ("head.lab.example", "rayrig", "2222")
+    assert seen["identityfile"].split()[0] == str(keys / "head_key")
+    assert seen["userknownhostsfile"] == str(keys / "known hosts")
+    assert seen["stricthostkeychecking"] == "true"  # ssh -G prints "yes" as true
+    assert (seen["identitiesonly"], seen["identityagent"]) == ("yes", "none")
+    off = resolved(dashboard.ssh_options("gpu-head", {"ssh_strict_host_key_checking": "off"}))
+    assert off["stricthostkeychecking"] == "accept-new"  # host keys are always checked: a changed one is refused
+    default = resolved(dashboard.ssh_options("gpu-head", {}))
+    assert default["stricthostkeychecking"] == "accept-new"  # pyinfra's default, not OpenSSH's "ask"
+
+
+def test_relative_files_in_the_inventory_are_the_repository_roots_as_for_a_deploy():
+    options = dashboard.ssh_options("h", {"ssh_key": "keys/id", "ssh_config_file": "~/cfg"})
+    assert options[options.index("-i") + 1] == str(repo_root() / "keys/id")
+    assert options[options.index("-F") + 1] == str(Path("~/cfg").expanduser())
+
+
+@pytest.mark.parametrize(
+    ("data", "words"),
+    [
+        ({"ssh_port": "22; rm"}, "host gpu-head: ssh_port = '22; rm': expected a port number 1-65535"),
+        ({"ssh_port": 70000}, "ssh_port = 70000: expected a port number"),
+        ({"ssh_user": "-oProxyCommand=x y"}, "ssh_user = '-oProxyCommand=x y': expected a user name"),
+        ({"ssh_strict_host_key_checking": "maybe"}, "ssh_strict_host_key_checking = 'maybe': expected one of yes"),
+        ({"ssh_known_hosts_file": 'a"b'}, "ssh_known_hosts_file = 'a\"b': expected the path of a file"),
+        ({"ssh_hostname": "a b"}, "ssh_hostname = 'a b': expected a host name or address"),
+    ],
+)
+def test_ssh_settings_ssh_cannot_take_are_errors_naming_host_key_and_value(data, words):
+    with pytest.raises(OperateError, match=re.escape(words)):
+        dashboard.ssh_options("gpu-head", data)
+
+
+def test_a_host_name_that_looks_like_an_option_stays_the_destination():
+    assert dashboard.ssh_options("-oProxyCommand=touch", {})[-2:] == ["--", "-oProxyCommand=touch"]
+
+
+# --- What the user reads: the export lines; ssh's failure -------------------------------------------------------
+
+
+def test_the_banner_ends_with_the_export_lines_a_local_ray_client_needs(state):
+    path = auth.ensure_token(settings.merge({}))
+    plan = plan_of([HEAD])
+    lines = dashboard.banner(plan, 18265).splitlines()
+    assert lines[-3:] == [
+        "export RAY_ADDRESS=http://127.0.0.1:18265",
+        "export RAY_AUTH_MODE=token",
+        f"export RAY_AUTH_TOKEN_PATH={path}",
+    ]
+    assert Path(lines[-1].split("=", 1)[1]).is_absolute()
+    none = plan_of([{**HEAD, "data": {**HEAD["data"], "ray_auth": "none"}}])
+    assert dashboard.export_lines(none, 1) == ["export RAY_ADDRESS=http://127.0.0.1:1"]
+
+
+def test_a_token_path_with_spaces_is_quoted_in_its_export_line(state):
+    odd = state / "my tokens" / "t"
+    plan = plan_of([{**HEAD, "data": {**HEAD["data"], "ray_auth_token_file": str(odd)}}])
+    assert dashboard.export_lines(plan, 1)[-1] == f"export RAY_AUTH_TOKEN_PATH='{odd}'"
+
+
+FAILING_SSH = """#!/bin/sh
+echo "ssh: connect to host 10.9.9.9 port 22: Connection refused" >&2
+exit 255
+"""
+
+
+def test_ssh_that_fails_ends_the_command_with_1_and_ssh_s_words(tmp_path, monkeypatch, capsys):
+    (tmp_path / "bin").mkdir()
+    fake = tmp_path / "bin" / "ssh"
+    fake.write_text(FAILING_SSH)
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
+    inventory = tmp_path / "inventory.py"
+    inventory.write_text('heads = [("10.9.9.9", {"ray_role": "head", "ssh_user": "ubuntu"})]\n')
+    assert main(["dashboard", str(inventory), "--local-port", str(dashboard.free_port())]) == 1
+    err = capsys.readouterr().err
+    assert (
+        "rayrig dashboard: cannot open the tunnel to the dashboard: ssh to ubuntu@10.9.9.9 exited with status 255: "
+        in err
+    )
+    assert "Connection refused" in err
+    assert "Traceback" not in err
+
+
+def test_the_banner_says_when_this_machine_has_no_copy_of_the_token_yet(state):
+    plan = plan_of([HEAD])
+    assert "which this machine has no copy of yet" in dashboard.banner(plan, 8265)
+    auth.ensure_token(settings.merge({}))
+    assert "which this machine has no copy of yet" not in dashboard.banner(plan, 8265)

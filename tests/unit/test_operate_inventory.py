@@ -86,10 +86,11 @@ def test_host_keys_are_always_checked(value, expected):
     assert config["batchmode"] == ["yes"]
 
 
-def test_unset_settings_are_left_to_the_users_ssh_configuration():
-    assert ssh_argv(settings()) == ["ssh", "--", "gpu-01"]
+def test_unset_settings_are_left_to_the_users_ssh_configuration_but_pyinfras_host_key_default():
+    assert ssh_argv(settings()) == ["ssh", "-o", "StrictHostKeyChecking=accept-new", "--", "gpu-01"]
     assert ssh_argv(settings(), "uptime", batch=True, stdin=False) == [
-        "ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "-n", "--", "gpu-01", "uptime",
+        "ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "-n", "-o", "StrictHostKeyChecking=accept-new",
+        "--", "gpu-01", "uptime",
     ]  # fmt: skip
 
 
@@ -104,7 +105,7 @@ def test_agent_forwarding_and_a_terminal_when_asked():
         ({"ssh_port": "ssh"}, "host gpu-01: ssh_port = 'ssh': expected a port number 1-65535"),
         ({"ssh_port": 70000}, "host gpu-01: ssh_port = 70000"),
         ({"ssh_strict_host_key_checking": "maybe"}, "ssh_strict_host_key_checking = 'maybe': expected one of yes"),
-        ({"ssh_key": "a\nb"}, "host gpu-01: ssh_key = 'a\\nb': expected a non-empty string"),
+        ({"ssh_key": "a\nb"}, "host gpu-01: ssh_key = 'a\\nb': expected the path of a file on this machine"),
     ],
 )
 def test_settings_ssh_cannot_take_are_usage_errors_naming_host_key_and_value(data, words):

@@ -53,7 +53,10 @@ def test_a_missing_inventory_is_a_usage_error_and_the_token_is_left_alone(capsys
     path, token = old_token
     assert main(["token", "rotate", "no/such/inventory.py"]) == 2
     err = capsys.readouterr().err
-    assert err == "rayrig token rotate: no/such/inventory.py: no such inventory file; nothing was changed\n"
+    assert err == (
+        "rayrig token rotate: no/such/inventory.py: no such inventory file "
+        "(expected a pyinfra inventory such as inventories/prod.py); nothing was changed\n"
+    )
     assert auth.read_token(path) == token and not auth.backup_path(path).exists()
     assert deploys == []
 

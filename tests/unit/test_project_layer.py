@@ -222,3 +222,17 @@ def test_the_command_names_the_project_image_and_the_ray_image_under_it(reqs, mo
     assert default == (f"rayrig/project:{version}", reqs, f"rayrig/ray:{version}")
     assert named == ("me/p:1", reqs, "me/ray:1")
     assert ray_only == (f"rayrig/ray:{version}",) and ray_kw["extra_requirements"] == ["numpy==2.5.0"]
+
+
+def test_a_missing_requirements_file_stops_the_wheelhouse_before_any_download(tmp_path, monkeypatch):
+    monkeypatch.setattr("rayrig.commands.image.build_wheelhouse", lambda *a, **k: pytest.fail("no download"))
+    missing = tmp_path / "requirements.txt"
+    args = cli.build_parser().parse_args(["image", "wheelhouse", str(tmp_path / "w"), "--requirements", str(missing)])
+    with pytest.raises(FileNotFoundError, match=f"^requirements file {missing} does not exist$"):
+        args.func(args)
+
+
+def test_build_output_shows_the_steps_dockers_cache_answered():
+    assert build._is_build_milestone(" ---> Using cache")  # the classic builder
+    assert build._is_build_milestone("#7 CACHED")  # BuildKit
+    assert not build._is_build_milestone("Collecting ray[default,train]==2.60.0")

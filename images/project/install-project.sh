@@ -14,14 +14,21 @@ else
     pip_source=""
 fi
 constraints=/usr/local/lib/rayrig/ray-image-constraints.txt
-$pip list --format=freeze --disable-pip-version-check >"$constraints"
-ray_before=$(/opt/ray/bin/python -c 'import ray; print(ray.__version__)')
+# name==version of every installed distribution; a version pip cannot read as a
+# constraint (rare in conda bases) is left out rather than failing every build.
+$pip list --format=freeze --disable-pip-version-check \
+    | grep -E '^[A-Za-z0-9][A-Za-z0-9._-]*==[0-9][0-9A-Za-z.+!_-]*$' >"$constraints"
+ray_version() {
+    # No .pyc written: the layer below holds only what the install adds.
+    PYTHONDONTWRITEBYTECODE=1 /opt/ray/bin/python -c 'import ray; print(ray.__version__)'
+}
+ray_before=$(ray_version)
 echo "rayrig: installing the project's requirements; the Ray image's $(wc -l <"$constraints") packages stay as they are"
 marker=$(mktemp)
 # shellcheck disable=SC2086 # word splitting of the option list is intended
 $pip install --no-cache-dir --disable-pip-version-check --progress-bar off $pip_source \
     --constraint "$constraints" --requirement "$requirements"
-ray_after=$(/opt/ray/bin/python -c 'import ray; print(ray.__version__)')
+ray_after=$(ray_version)
 if [ "$ray_after" != "$ray_before" ]; then
     echo "rayrig: the project's requirements changed ray from $ray_before to $ray_after" >&2
     exit 1

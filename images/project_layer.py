@@ -58,6 +58,8 @@ def read_requirements(path: Path | str) -> bytes:
     (``-r``, ``-c``, ``-e``, ``./pkg``): the build context holds this one file only.
     """
     path = Path(path)
+    if path.is_dir():
+        raise IsADirectoryError(f"requirements file {path} is a folder: name the file ({path / 'requirements.txt'}?)")
     if not path.is_file():
         raise FileNotFoundError(f"requirements file {path} does not exist")
     data = path.read_bytes()

@@ -48,6 +48,8 @@ def test_a_missing_requirements_file_is_named(tmp_path, builds):
     with pytest.raises(FileNotFoundError, match=f"requirements file {missing} does not exist"):
         project_layer.build_with_requirements("me/project:1", missing, "rayrig/ray:2.60.0")
     assert builds == []  # nothing built, not even the Ray image
+    with pytest.raises(IsADirectoryError, match=f"requirements file {tmp_path} is a folder: name the file"):
+        project_layer.build_with_requirements("me/project:1", tmp_path, "rayrig/ray:2.60.0")
 
 
 @pytest.mark.parametrize(

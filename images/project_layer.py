@@ -12,7 +12,10 @@ The project image is a second Dockerfile ``FROM`` the Ray image rather than
 more steps in the Ray image's Dockerfile: the Ray image keeps its own tag and
 its own input hash (:func:`images.build.docker_build`), so a change to the
 project's requirements finds it up to date and builds only the project's
-layer on top, and several projects share one Ray image. There is still one tag
+layer on top, and several projects share one Ray image. (Steps appended to the
+Ray image's Dockerfile would be kept by Docker's layer cache too, but only while
+that cache lives: ``docker builder prune`` or a CI runner without it rebuild
+Ray; a tagged image with its inputs hash does not.) There is still one tag
 to push and to deploy (``ray_image``): the project's, which holds the Ray
 image's layers; a registry or a host that has them already transfers only
 the project's layer.
@@ -25,7 +28,9 @@ layer must hold in another version belongs in the Ray layer: ``--extra``).
 Offline: ``rayrig image wheelhouse DIR --requirements FILE`` downloads the
 project's wheels into ``DIR/project/`` with the Ray wheelhouse's versions as
 constraints, leaving out the wheels ``DIR`` has already; the Ray image's build
-sees only ``DIR``'s own wheels, so the project's never invalidate it.
+sees only ``DIR``'s own wheels, so the project's never invalidate it. A wheel
+left out that way is one the Ray image installed, or whose package its base
+image has (a pytorch base's own torch).
 """
 
 from __future__ import annotations

@@ -73,16 +73,18 @@ def build(requirements: Path, wheelhouse: Path, tag: str = PROJECT_TAG) -> tuple
 
 def test_a_requirements_change_rebuilds_the_project_layer_only(tmp_path, wheelhouse, images_built_here):
     requirements = tmp_path / "requirements.txt"
-    requirements.write_text("tabulate\n")
+    run_id = f"# run {time.time_ns()}\n"  # content no earlier run had: Docker's cache cannot answer the install
+    requirements.write_text(f"{run_id}tabulate\n")
     build_project_wheelhouse(wheelhouse, requirements, print)
     _, first_s = build(requirements, wheelhouse)
     ray_id, ray_layers = docker_image_inspect(RAY_TAG)["Id"], layers(RAY_TAG)
     first_layers = layers(PROJECT_TAG)
     assert first_layers[: len(ray_layers)] == ray_layers and len(first_layers) == len(ray_layers) + 1
 
-    requirements.write_text("tabulate\ntermcolor\n")
+    requirements.write_text(f"{run_id}tabulate\ntermcolor\n")
     build_project_wheelhouse(wheelhouse, requirements, print)
     shown, second_s = build(requirements, wheelhouse)
+    assert any("project layer:" in line for line in shown)  # the install ran: not an answer from the cache
     print(f"first build {first_s:.1f} s (Ray image and project), requirements changed: {second_s:.1f} s")
     assert f"image {RAY_TAG}: up to date" in shown
     assert docker_image_inspect(RAY_TAG)["Id"] == ray_id

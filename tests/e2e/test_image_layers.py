@@ -9,6 +9,7 @@ Docker's cache usually answers every step of it; the project's wheels come from 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -130,6 +131,8 @@ def test_a_requirement_that_would_replace_ray_fails_with_pips_message(tmp_path, 
     (project / PROJECT_MARKER).write_text(f'{{"requirements": "{requirements_digest(requirements.read_bytes())}"}}')
     with pytest.raises(CommandError) as failed:
         build(requirements, wheelhouse, CONFLICT_TAG)
+    for container in re.findall(r"Running in ([0-9a-f]{12})", str(failed.value)):
+        subprocess.run(["docker", "rm", container], capture_output=True, check=False)  # the classic builder keeps it
     print(pips_words(failed))
     assert "The user requested ray<2.60" in pips_words(failed) and conflict in pips_words(failed)
     assert docker_image_inspect(CONFLICT_TAG) is None

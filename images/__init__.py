@@ -1,11 +1,13 @@
 """What rayrig builds: the Docker images, their build contexts and the code that builds them.
 
 Each folder here is one image's build context (its ``Dockerfile`` and the files
-it copies): ``ray/`` is the image every Ray node runs, ``lab-base/`` and
-``lab-registry/`` are the local lab's host and registry. The modules build
-them: :mod:`images.wheelhouse` (wheels for offline builds), :mod:`images.build`
-(``docker build`` and ``docker push``) and :mod:`images.stream` (running those
-commands with compact progress).
+it copies): ``ray/`` is the image every Ray node runs, ``project/`` a
+project's requirements on top of it, ``lab-base/`` and ``lab-registry/`` are
+the local lab's host and registry. The modules build them:
+:mod:`images.wheelhouse` (wheels for offline builds), :mod:`images.build`
+(``docker build`` and ``docker push``), :mod:`images.project_layer` (the
+project's layer) and :mod:`images.stream` (running those commands with
+compact progress).
 
 The Ray version is the data contract's default (``ray_version`` in
 ``inventories/group_data/all.py``), so that the image rayrig builds is the one
@@ -23,7 +25,7 @@ RAY_VERSION: str = defaults()["ray_version"]
 
 
 def context_dir(name: str) -> Path:
-    """Return the build context folder of image ``name`` (``ray``, ``lab-base``, ``lab-registry``)."""
+    """Return the build context folder of image ``name`` (``ray``, ``project``, ``lab-base``, ``lab-registry``)."""
     folder = Path(__file__).resolve().parent / name
     if not (folder / "Dockerfile").is_file():
         raise FileNotFoundError(f"no Dockerfile in {folder}: expected an image folder such as images/ray")

@@ -106,7 +106,13 @@ def _write_context(stream: io.BufferedWriter, files: dict[str, bytes], wheels: S
 
 
 def _is_build_milestone(line: str) -> bool:
-    return line.startswith(("Step ", "Successfully", "rayrig:")) or "error" in line.lower()
+    # A step Docker's layer cache answered is shown too: it says which layers a build reused.
+    return (
+        line.startswith(("Step ", "Successfully", "rayrig:"))
+        or "error" in line.lower()
+        or "Using cache" in line  # the classic builder
+        or line.endswith(" CACHED")  # BuildKit's plain progress: "#7 CACHED"
+    )
 
 
 def docker_build(

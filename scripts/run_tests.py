@@ -43,7 +43,8 @@ def main(argv: list[str]) -> int:
             print(f"==> tier {tier}", flush=True)
             started = time.monotonic()
             status = subprocess.call(
-                [sys.executable, "-m", "pytest", f"tests/{tier}", f"--junitxml={junit}", *extra], cwd=ROOT
+                [sys.executable, "-m", "pytest", f"tests/{tier}", f"--junitxml={junit}", "--durations=12", *extra],
+                cwd=ROOT,
             )
             results.append((tier, status, time.monotonic() - started, counts(junit)))
     print("\n==> time per tier")

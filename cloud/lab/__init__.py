@@ -174,9 +174,13 @@ def summary(name: str, checks: str) -> str:
         output.rstrip() if exit_status == 0 else f"ray status failed ({exit_status}):\n{output.rstrip()}",
         checks,
         "",
-        "Next:",
+        "Next (each takes the inventory, as for your own cluster):",
+        f"  status:     {lab_env}rayrig status inventories/lab.py",
+        f"  a job:      {lab_env}rayrig submit inventories/lab.py --working-dir . -- python your_job.py",
+        f"  a command:  {lab_env}rayrig exec inventories/lab.py --all -- ray --version",
+        f"  logs:       {lab_env}rayrig logs inventories/lab.py [HOST]",
+        f"  a shell:    {lab_env}rayrig ssh inventories/lab.py   (or: {' '.join(target.ssh_command())})",
         f"  dashboard:  {lab_env}rayrig dashboard inventories/lab.py   (an SSH tunnel; it prints the URL)",
-        f"  a shell:    {' '.join(target.ssh_command())}",
         f"  tear down:  make lab-down   (or: rayrig lab down --name {name})",
     ]
     return "\n".join(lines)

@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 TORCH ?= torch==2.13.0
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-fast lint venv tools test-tools docker lab-up lab-down clean
+.PHONY: demo test test-fast lint venv tools demo-tools test-tools docker lab-up lab-down clean
 
 # Debian and Ubuntu ship python3's venv apart (python3-venv): installed, or named, before it is used.
 $(VENV)/.installed: pyproject.toml
@@ -18,20 +18,24 @@ $(VENV)/.installed: pyproject.toml
 
 venv: $(VENV)/.installed
 
-# The lab's programs (Docker, ssh, debootstrap as root); test-tools adds the tests' own, in one go.
+# The lab's programs (Docker, ssh, debootstrap as root); test-tools adds the tests' own. demo-tools
+# and test-tools also ask for python3's venv, so that one message (or one apt-get) covers them all.
 tools:
 	@scripts/ensure-lab-tools.sh lab
 
+demo-tools:
+	@scripts/ensure-lab-tools.sh venv lab
+
 test-tools:
-	@scripts/ensure-lab-tools.sh test
+	@scripts/ensure-lab-tools.sh venv test
 
 docker: tools
 	@scripts/ensure-docker.sh
 
-demo: venv docker
+demo: demo-tools venv docker
 	$(PY) -m rayrig demo
 
-test: venv test-tools docker
+test: test-tools venv docker
 	$(PY) scripts/run_tests.py $(PYTEST_ARGS)
 
 test-fast: venv

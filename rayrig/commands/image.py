@@ -46,31 +46,15 @@ def requirements_file(text: str) -> Path:
 
 def _cmd_build(args: argparse.Namespace) -> int:
     ray_tag = args.ray_tag or f"rayrig/ray:{args.ray_version}"
+    common = {"base_image": args.base, "ray_version": args.ray_version, "wheelhouse": args.wheelhouse,
+              "progress": print, "extra_requirements": args.extra, "force": args.force}  # fmt: skip
     if args.requirements is None:
         tag = args.tag or ray_tag
-        build_image(
-            tag,
-            base_image=args.base,
-            ray_version=args.ray_version,
-            wheelhouse=args.wheelhouse,
-            progress=print,
-            extra_requirements=args.extra,
-            force=args.force,
-        )
+        build_image(tag, **common)
     else:
         tag = args.tag or f"rayrig/project:{args.ray_version}"
         try:
-            build_with_requirements(
-                tag,
-                args.requirements,
-                ray_tag,
-                base_image=args.base,
-                ray_version=args.ray_version,
-                wheelhouse=args.wheelhouse,
-                progress=print,
-                extra_requirements=args.extra,
-                force=args.force,
-            )
+            build_with_requirements(tag, args.requirements, ray_tag, **common)
         except ValueError as error:  # a tag or a project wheelhouse that does not fit: nothing was built
             raise UsageError(str(error)) from None
     if args.push:

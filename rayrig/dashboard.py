@@ -33,26 +33,15 @@ from pathlib import Path
 from typing import Any
 
 from deploy import auth
-from deploy.paths import repo_root
-from rayrig.inventory import Inventory, SshSettings, ssh_argv
+from rayrig.inventory import Inventory, SshSettings, local_path, ssh_argv
 
 LOOPBACK_OR_ANY = ("127.0.0.1", "localhost", "::1", "0.0.0.0", "::")
 
-EXIT_FAILED, EXIT_USAGE = 1, 2
-
 
 class DashboardError(Exception):
-    """The tunnel can't be opened; the message says why, ``status`` is the exit status to end with."""
+    """The tunnel can't be opened or closed on its own; the message says why (exit status 1)."""
 
-    def __init__(self, message: str, status: int = EXIT_FAILED):
-        super().__init__(message)
-        self.status = status
-
-
-def _local_path(value: Any) -> Path:
-    """A path from inventory data, as the deploy (which runs from the repository root) reads it."""
-    path = Path(str(value)).expanduser()
-    return path if path.is_absolute() else repo_root() / path
+    status = 1
 
 
 def ssh_options(name: str, data: dict[str, Any]) -> list[str]:
@@ -91,7 +80,7 @@ def tunnel_plan(inventory: Inventory) -> TunnelPlan:
         remote_host="127.0.0.1" if bind in LOOPBACK_OR_ANY else bind,
         remote_port=settings["ray_ports"]["dashboard"],
         cluster=settings["ray_cluster_name"],
-        token_file=_local_path(auth.token_path(settings)) if settings["ray_auth"] == "token" else None,
+        token_file=Path(local_path(str(auth.token_path(settings)))) if settings["ray_auth"] == "token" else None,
     )
 
 

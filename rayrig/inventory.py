@@ -109,11 +109,11 @@ class SshSettings:
             hostname=data.get("ssh_hostname") or name,
             user=data.get("ssh_user"),
             port=int(port) if port is not None else None,
-            key=_local_path(data.get("ssh_key")),
-            known_hosts_file=_local_path(data.get("ssh_known_hosts_file")),
+            key=local_path(data.get("ssh_key")),
+            known_hosts_file=local_path(data.get("ssh_known_hosts_file")),
             # pyinfra's own default is accept-new; "no" is accept-new too: host keys are always checked
             strict_host_key_checking="accept-new" if strict in (None, *UNCHECKED_VALUES) else strict,
-            config_file=_local_path(data.get("ssh_config_file")),
+            config_file=local_path(data.get("ssh_config_file")),
             forward_agent=bool(data.get("ssh_forward_agent")),
             allow_agent=data.get("ssh_allow_agent") is not False,
             look_for_keys=data.get("ssh_look_for_keys") is not False,
@@ -127,7 +127,7 @@ class SshSettings:
         return f"{user}{self.hostname}{port}"
 
 
-def _local_path(value: str | None) -> str | None:
+def local_path(value: str | None) -> str | None:
     """A path of this machine as pyinfra reads it: ``~`` expanded, relative to the repository root
     (where rayrig runs pyinfra)."""
     if not value:

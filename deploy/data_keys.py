@@ -352,3 +352,57 @@ PROPERTIES: dict[str, dict[str, Any]] = {
         "x-expected": 'a mapping of "x86_64.deb", "x86_64.rpm", "arm64.deb", "arm64.rpm" to sha256 hex digests',
     },
 }
+
+# monitoring (server): Prometheus and Grafana on the monitoring host (deploy/monitoring_server.py)
+#: A Prometheus duration, one unit: "15d", "12h", "2w".
+_DURATION = r"^[1-9][0-9]*(ms|s|m|h|d|w|y)\Z"
+#: A Prometheus size: "10GB", "512MB".
+_BYTES = r"^[1-9][0-9]*(B|KB|MB|GB|TB|PB)\Z"
+PROPERTIES.update(
+    {
+        "monitoring_prometheus_port": _HIGH_PORT,
+        "monitoring_grafana_port": _HIGH_PORT,
+        "monitoring_prometheus_image": {
+            "type": "string",
+            "pattern": _IMAGE,
+            "x-expected": "an image reference (registry/name:tag or @sha256:digest)",
+        },
+        "monitoring_grafana": {"type": "boolean", "x-expected": "true or false"},
+        "monitoring_grafana_image": {
+            "type": "string",
+            "pattern": _IMAGE,
+            "x-expected": "an image reference (registry/name:tag or @sha256:digest)",
+        },
+        "monitoring_retention_time": {
+            "type": "string",
+            "pattern": _DURATION,
+            "x-expected": 'a Prometheus duration such as "15d", "12h" or "2w"',
+        },
+        "monitoring_retention_size": {
+            "type": ["string", "null"],
+            "pattern": _BYTES,
+            "x-expected": 'null (no size limit) or a size such as "10GB" or "512MB"',
+        },
+    }
+)
+
+# monitoring (exporters part; merged with that part's)
+PROPERTIES.update(
+    {
+        "monitoring_enabled": {"type": "boolean", "x-expected": "true or false"},
+        "monitoring_host": {
+            "type": ["string", "null"],
+            "pattern": _HOST_NAME,
+            "x-expected": "null (the head) or the name or address of a host of this inventory",
+        },
+        "monitoring_ports": {
+            "type": "object",
+            "properties": {"node_exporter": _HIGH_PORT, "gpu_exporter": _HIGH_PORT},
+            "required": ["node_exporter", "gpu_exporter"],
+            "additionalProperties": False,
+            "x-expected": "a mapping of node_exporter and gpu_exporter to port numbers 1024-65535",
+        },
+        "monitoring_gpu_exporter": {"enum": ["dcgm", "none"], "x-expected": '"dcgm" or "none"'},
+    }
+)
+CLUSTER_WIDE += ("monitoring_enabled", "monitoring_host")

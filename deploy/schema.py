@@ -22,6 +22,7 @@ from pyinfra.api.exceptions import PyinfraError
 from deploy import settings
 from deploy.admin_networks import narrow_expected, too_wide
 from deploy.data_keys import ADDRESS_FORMAT, CLUSTER_WIDE, PORT_NAMES, PROPERTIES, RESERVED_RESOURCES
+from deploy.monitoring_config import resolve_monitoring_host
 
 SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
@@ -129,6 +130,7 @@ def validate_host(name: str, data: Mapping[str, Any], host_names: Collection[str
         problems += _export_problems(name, merged)
         problems += _firewall_problems(name, merged)
         problems += _temp_dir_problems(name, merged)
+        problems += _monitoring_server_problems(name, merged)
     return problems
 
 
@@ -386,6 +388,7 @@ def validate_cluster(hosts: Iterable[tuple[str, Mapping[str, Any], str]]) -> lis
             )
 
     problems += _absent_problems(merged)
+    problems += _monitoring_host_problems(hosts, merged)
 
     for key in CLUSTER_WIDE:
         values: dict[str, list[str]] = {}
@@ -423,6 +426,39 @@ def _absent_problems(merged: Mapping[str, Mapping[str, Any]]) -> list[Problem]:
         for name in sorted(servers)
     ]
     return problems
+
+
+# monitoring (server): Prometheus and Grafana on the monitoring host
+def _monitoring_server_problems(name: str, merged: Mapping[str, Any]) -> list[Problem]:
+    """Prometheus's and Grafana's ports: two different ones, apart from Ray's and the exporters'
+    (every service on the monitoring host shares its port space, loopback included)."""
+    ports = merged["ray_ports"]
+    taken = {port: f"ray_ports[{key!r}]" for key, port in ports.items() if key not in ("worker_min", "worker_max")}
+    taken |= {port: f"monitoring_ports[{key!r}]" for key, port in merged["monitoring_ports"].items()}
+    problems = []
+    for key in ("monitoring_prometheus_port", "monitoring_grafana_port"):
+        port = merged[key]
+        if port in taken:
+            problems.append(Problem(name, key, port, f"a port not already used by {taken[port]}"))
+        elif ports["worker_min"] <= port <= ports["worker_max"]:
+            worker_range = f"{ports['worker_min']}-{ports['worker_max']}"
+            problems.append(Problem(name, key, port, f"a port outside Ray's worker range {worker_range}"))
+        taken.setdefault(port, key)
+    return problems
+
+
+def _monitoring_host_problems(
+    hosts: list[tuple[str, Mapping[str, Any], str]], merged: Mapping[str, Mapping[str, Any]]
+) -> list[Problem]:
+    """``monitoring_host`` names a present host of the inventory, by its name or its address."""
+    first = next(iter(merged))
+    value = merged[first]["monitoring_host"]
+    if value is None or not merged[first]["monitoring_enabled"]:
+        return []
+    present = [(n, address, merged[n]["ray_role"]) for n, _d, address in hosts if merged[n]["ray_state"] == "present"]
+    if resolve_monitoring_host(value, present) is None:
+        return [Problem(first, "monitoring_host", value, "the name or address of a present host of this inventory")]
+    return []
 
 
 def check_inventory(inventory: Any) -> None:

@@ -109,3 +109,19 @@ checks_timeout_s = 900  # the budget of the whole checks run (preflight, cluster
 checks_peer_timeout_factor = 3  # a node still running when the median node has finished this many times over is stopped
 checks_node_timeout_s = 300  # the longest one node's measurement may take, with or without peers to judge by
 checks_report_dir = "reports"  # where the JSON report and the plot are saved on the operator's machine
+
+# --- Monitoring ------------------------------------------------------------
+# monitoring (exporters part; merged with that part's)
+monitoring_enabled = True  # exporters everywhere, Prometheus and Grafana on monitoring_host; False removes them
+monitoring_host = None  # inventory name or address of the host that runs Prometheus and Grafana; None: the head
+monitoring_ports = {"node_exporter": 9100, "gpu_exporter": 9400}  # exporters' ports: every host / GPU hosts
+monitoring_gpu_exporter = "dcgm"  # GPU exporter on GPU hosts: "dcgm" (NVIDIA's DCGM exporter) or "none"
+
+# monitoring (server): Prometheus and Grafana on monitoring_host, in containers, on 127.0.0.1 only
+monitoring_prometheus_port = 9090  # Prometheus's port on the monitoring host's loopback (rayrig dashboard forwards it)
+monitoring_grafana_port = 3000  # Grafana's port on the monitoring host's loopback (rayrig dashboard forwards it)
+monitoring_prometheus_image = "quay.io/prometheus/prometheus:v3.5.0"  # Prometheus 3.5, an LTS line; pin a tag or digest
+monitoring_grafana = True  # run Grafana beside Prometheus; False: Prometheus only
+monitoring_grafana_image = "grafana/grafana:12.1.1"  # Grafana OSS; pin a tag or digest
+monitoring_retention_time = "15d"  # Prometheus keeps samples this long (--storage.tsdb.retention.time)
+monitoring_retention_size = "10GB"  # and at most this much on disk, oldest dropped first; None: no size limit

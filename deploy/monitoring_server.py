@@ -165,8 +165,8 @@ def run_words(
 ) -> list[str]:
     """The container's ``docker run`` command line, with the label that hashes it.
 
-    >>> run_words("c", "img:1", 65534, [], {}, ["--x"])[:5]
-    ['docker', 'run', '--rm', '--name=c', '--network=host']
+    >>> run_words("c", "img:1", 65534, [], {}, ["--x"])[5:]
+    ['--network=host', '--pull=never', '--user=65534:65534', 'img:1', '--x']
     """
     words = ["docker", "run", "--rm", f"--name={container}", "--network=host", "--pull=never"]
     words += [f"--user={uid}:{uid}", *mounts, *(f"--env={k}={v}" for k, v in sorted(env.items()))]

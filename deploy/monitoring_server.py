@@ -210,9 +210,9 @@ def unit_values(container: str, what: str, words: list[str]) -> dict[str, str]:
     return {"container": container, "description": what, "exec_start": systemd_line(words)}
 
 
-def _image(image: str, with_auth: bool) -> None:
+def _image(what: str, image: str, with_auth: bool) -> None:
     if fact(host, DockerImageId, image) is None:
-        server.shell(name=f"Pull {image}", commands=[pull_command(image, with_auth)])
+        server.shell(name=f"Get {what}'s image {image}", commands=[pull_command(image, with_auth)])
 
 
 def _data_folder(path: str, uid: int) -> None:
@@ -257,7 +257,7 @@ def _prometheus(settings: dict[str, Any], on_head: bool) -> None:
     for path, text in mc.target_files(view, settings).items():
         _put(path, text, f"Prometheus's targets ({path.rsplit('/', 1)[1]})")
     _data_folder(mc.PROMETHEUS_DATA, mc.PROMETHEUS_UID)
-    _image(settings["monitoring_prometheus_image"], bool(settings["docker_registry_auth"]))
+    _image("Prometheus", settings["monitoring_prometheus_image"], bool(settings["docker_registry_auth"]))
     stale, found = _service(PROMETHEUS, "Prometheus", prometheus_words(settings, on_head))
     if stale or not found or not found["running"]:
         return  # the container starts with the files as they are now
@@ -280,7 +280,7 @@ def _grafana(settings: dict[str, Any], on_head: bool) -> None:
     providers = _put(mc.GRAFANA_PROVIDERS, texts[mc.GRAFANA_PROVIDERS], "Grafana's dashboard providers")
     _put(mc.GPU_DASHBOARD, texts[mc.GPU_DASHBOARD], "rayrig's GPU dashboard")
     _data_folder(mc.GRAFANA_DATA, mc.GRAFANA_UID)
-    _image(settings["monitoring_grafana_image"], bool(settings["docker_registry_auth"]))
+    _image("Grafana", settings["monitoring_grafana_image"], bool(settings["docker_registry_auth"]))
     stale, found = _service(GRAFANA, "Grafana", grafana_words(settings, on_head))
     if stale or not found or not found["running"]:
         return

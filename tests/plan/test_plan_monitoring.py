@@ -41,10 +41,10 @@ def test_a_fresh_cluster_runs_prometheus_and_grafana_on_the_head_only(os_name):
     for path in FILES:
         assert path in head.uploads, path
     assert head.op("Write Prometheus's configuration").commands[-1] == f"chmod 644 {mc.PROMETHEUS_YML}"
-    assert head.op("Pull quay.io/prometheus/prometheus:v3.5.0").commands == [
+    assert head.op("Get Prometheus's image quay.io/prometheus/prometheus:v3.5.0").commands == [
         "docker pull --quiet quay.io/prometheus/prometheus:v3.5.0"
     ]
-    assert head.op("Pull grafana/grafana:12.1.1").changed
+    assert head.op("Get Grafana's image grafana/grafana:12.1.1").changed
     assert head.op("Keep the rayrig-prometheus service").commands == [
         "systemctl start rayrig-prometheus.service",
         "systemctl enable rayrig-prometheus.service",
@@ -130,7 +130,7 @@ def test_grafana_off_runs_prometheus_only():
     head = run[HEAD]
     assert PROMETHEUS_UNIT in head.uploads and GRAFANA_UNIT not in head.uploads
     assert not any("grafana" in path for path in head.uploads)
-    assert not head.has_op("rayrig-grafana service") and not head.has_op("Pull grafana")
+    assert not head.has_op("rayrig-grafana service") and not head.has_op("Grafana's image")
     create = head.docker_create()
     assert "--env=RAY_PROMETHEUS_HOST=http://127.0.0.1:9090" in create
     assert not any("GRAFANA" in a or "grafana" in a for a in create)

@@ -52,6 +52,7 @@ DEPLOY_PHASES = {
     "Firewall": "firewall",
     "Ray node": "Ray start",
     "Cluster membership": "Ray start",
+    "Monitoring server": "monitoring",
     "Remove the host from the cluster": "absent hosts",
 }
 # Rows in the order they print; a @deploy not named above gets a row of its own after them.

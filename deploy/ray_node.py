@@ -220,9 +220,9 @@ def docker_run_args(
     env = {
         **ray_temp.rotation_env(settings),
         **gcs_store.container_env(settings, role),
+        **(monitoring_config.ray_head_env(settings) if monitoring else {}),  # ray_env may set them otherwise
         **settings["ray_env"],
         **auth.container_env(settings),
-        **(monitoring_config.ray_head_env(settings) if monitoring else {}),
     }
     args += [f"--env={name}={value}" for name, value in sorted(env.items())]
     args += env_secret.run_args(settings)  # ray_env_secret: from a 0600 file, never on the command line

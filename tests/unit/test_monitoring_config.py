@@ -13,6 +13,7 @@ import yaml
 
 from deploy import monitoring_config as mc
 from deploy import monitoring_server as ms
+from deploy.ray_node import docker_run_args
 from deploy.settings import merge
 
 HEAD = mc.Member("gpu-head", "10.0.0.1", head=True)
@@ -207,3 +208,16 @@ def test_a_unit_line_keeps_its_words_and_its_hash_follows_them():
     assert ms.run_hash(words) == ms.run_hash(
         ms.run_words("c", "img:1", 65534, [], {"Y": "$HOME", "X": "50%"}, ["--flag"])
     )
+
+
+def test_ray_env_may_point_the_heads_dashboard_elsewhere():
+    settings = merge({"ray_role": "head", "ray_env": {"RAY_GRAFANA_HOST": "http://grafana.lab.example:3000"}})
+    args = docker_run_args(settings, "head", ["ray", "start"], 0, "2g", None, None, monitoring=True)
+    assert "--env=RAY_GRAFANA_HOST=http://grafana.lab.example:3000" in args
+    assert "--env=RAY_PROMETHEUS_HOST=http://127.0.0.1:9090" in args
+    assert (
+        "--mount=type=bind,src=/var/lib/rayrig/ray/grafana-dashboards,dst=/var/lib/rayrig/ray/grafana-dashboards"
+        in args
+    )
+    plain = docker_run_args(settings, "head", ["ray", "start"], 0, "2g", None, None)
+    assert not any("RAY_PROMETHEUS_HOST" in a or "grafana-dashboards" in a for a in plain)

@@ -81,13 +81,17 @@ class ConfigReadAt(FactBase):
     def default() -> dict[str, float | None]:
         return {"read": None, "written": None}
 
-    def command(self, container: str, port: int, paths: tuple[str, ...]) -> str:
+    def command(self, container: str, paths: tuple[str, ...], port: int | None = None) -> str:
         quoted = " ".join(shlex.quote(p) for p in paths)
         metric = "prometheus_config_last_reload_success_timestamp_seconds"
-        return (
+        reloaded = (
             f"echo READ=$(curl -fsS --max-time 5 http://127.0.0.1:{int(port)}/metrics 2>/dev/null "
             f"| sed -n 's/^{metric} //p'); "
-            f"s=$(docker container inspect --format '{{{{.State.StartedAt}}}}' {shlex.quote(container)} "
+            if port
+            else ""
+        )
+        return (
+            reloaded + f"s=$(docker container inspect --format '{{{{.State.StartedAt}}}}' {shlex.quote(container)} "
             '2>/dev/null) && echo STARTED=$(date -d "$s" +%s); '
             f"echo WRITTEN=$(stat -c %Y {quoted} 2>/dev/null | sort -n | tail -1); true"
         )
@@ -218,7 +222,8 @@ def _image(what: str, image: str, with_auth: bool) -> None:
 def _data_folder(path: str, uid: int) -> None:
     files.directory(name=f"Create {path}", path=path, mode="700")
     if fact(host, PathOwner, path) != f"{uid}:{uid}":
-        server.shell(name=f"Make {path} the container's (uid {uid})", commands=[f"chown -R {uid}:{uid} {path}"])
+        chown = f"chown -R {int(uid)}:{int(uid)} {shlex.quote(path)}"
+        server.shell(name=f"Make {path} the container's (uid {uid})", commands=[chown])
 
 
 def _service(container: str, what: str, words: list[str]) -> tuple[bool, dict[str, Any] | None]:
@@ -261,8 +266,8 @@ def _prometheus(settings: dict[str, Any], on_head: bool) -> None:
     stale, found = _service(PROMETHEUS, "Prometheus", prometheus_words(settings, on_head))
     if stale or not found or not found["running"]:
         return  # the container starts with the files as they are now
-    times = fact(host, ConfigReadAt, PROMETHEUS, settings["monitoring_prometheus_port"],
-                 (mc.PROMETHEUS_YML, mc.RULES_YML))  # fmt: skip
+    files_read = (mc.PROMETHEUS_YML, mc.RULES_YML)
+    times = fact(host, ConfigReadAt, PROMETHEUS, files_read, settings["monitoring_prometheus_port"])
     unread = times["read"] is not None and times["written"] is not None and times["written"] > times["read"]
     server.shell(
         name="Reload Prometheus's configuration (SIGHUP)",
@@ -285,7 +290,7 @@ def _grafana(settings: dict[str, Any], on_head: bool) -> None:
     if stale or not found or not found["running"]:
         return
     provisioning = (mc.GRAFANA_DATASOURCE, mc.GRAFANA_PROVIDERS)
-    times = fact(host, ConfigReadAt, GRAFANA, 0, provisioning)
+    times = fact(host, ConfigReadAt, GRAFANA, provisioning)
     unread = times["read"] is not None and times["written"] is not None and times["written"] > times["read"]
     systemd.service(
         name="Restart Grafana for its provisioning",

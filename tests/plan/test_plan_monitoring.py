@@ -229,3 +229,18 @@ def test_bad_monitoring_data_stops_before_any_operation(data, key, expected):
         run_deploy(reference_cluster("ubuntu22", "fresh", data=data))
     message = str(error.value)
     assert key in message and expected in message and "Nothing was changed on any host." in message
+
+
+def test_a_new_data_source_restarts_grafana_which_reads_it_at_start_only():
+    hosts = [(n, {**d, "monitoring_prometheus_port": 9091}) for n, d in reference_cluster("ubuntu22", "converged")]
+    head = run_deploy(hosts)[HEAD]
+    assert 'url: "http://127.0.0.1:9091"' in head.op("Write Grafana's data source").uploads[mc.GRAFANA_DATASOURCE]
+    assert head.op("Restart Grafana for its provisioning").commands == ["systemctl restart rayrig-grafana.service"]
+    assert not head.op("Keep the rayrig-grafana service").changed  # its own command line is the same
+    assert "--web.listen-address=127.0.0.1:9091" in exec_start(head, PROMETHEUS_UNIT)
+    assert "--env=RAY_PROMETHEUS_HOST=http://127.0.0.1:9091" in head.docker_create()
+
+
+def test_a_converged_grafana_plans_no_restart():
+    head = run_deploy(reference_cluster("ubuntu24", "converged"))[HEAD]
+    assert not head.op("Restart Grafana for its provisioning").changed

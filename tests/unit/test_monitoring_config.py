@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import socket
 import subprocess
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -221,3 +224,52 @@ def test_ray_env_may_point_the_heads_dashboard_elsewhere():
     )
     plain = docker_run_args(settings, "head", ["ray", "start"], 0, "2g", None, None)
     assert not any("RAY_PROMETHEUS_HOST" in a or "grafana-dashboards" in a for a in plain)
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.mark.skipif(shutil.which("prometheus") is None, reason="Prometheus is not installed here")
+def test_a_real_prometheus_scrapes_a_node_in_both_lists_once_with_the_inventorys_labels(tmp_path: Path):
+    port = _free_port()
+    members = [mc.Member("head-a", "127.0.0.1", head=True), mc.Member("w-b", "127.0.0.2")]
+    settings = {**SETTINGS, "monitoring_prometheus_port": port}
+    text = mc.prometheus_yml(members, settings, ray_file=True, self_host="head-a")
+    text = text.replace(mc.TARGETS_DIR, str(tmp_path)).replace(mc.RULES_YML, str(tmp_path / "rules.yml"))
+    (tmp_path / "prometheus.yml").write_text(text.replace(mc.RAY_SD_FILE, str(tmp_path / "ray_sd.json")))
+    (tmp_path / "rules.yml").write_text(mc.rules_yml())
+    for path, body in mc.target_files(members, settings).items():
+        (tmp_path / Path(path).name).write_text(body)
+    ray_file = [
+        {"labels": {"job": "ray"}, "targets": ["127.0.0.1:6383", "127.0.0.2:6383", "127.0.0.1:44227", "127.0.0.9:6383"]}
+    ]
+    (tmp_path / "ray_sd.json").write_text(json.dumps(ray_file))  # as Ray writes it, with a node the inventory lacks
+    args = [f"--config.file={tmp_path / 'prometheus.yml'}", f"--storage.tsdb.path={tmp_path / 'data'}"]
+    process = subprocess.Popen(
+        ["prometheus", *args, f"--web.listen-address=127.0.0.1:{port}"], stderr=subprocess.DEVNULL
+    )
+    try:
+        targets: list[dict] = []
+        deadline = time.monotonic() + 30
+        while len(targets) < 8 and time.monotonic() < deadline:
+            time.sleep(0.5)
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/targets", timeout=2) as answer:
+                    targets = json.load(answer)["data"]["activeTargets"]
+            except OSError:
+                continue
+        ray = sorted((t["labels"]["instance"], t["labels"].get("host"), t["labels"]["ray_component"])
+                     for t in targets if t["labels"]["job"] == "ray")  # fmt: skip
+        assert ray == [
+            ("127.0.0.1:44217", "head-a", "autoscaler"),
+            ("127.0.0.1:44227", "head-a", "dashboard"),
+            ("127.0.0.1:6383", "head-a", "node"),
+            ("127.0.0.2:6383", "w-b", "node"),
+            ("127.0.0.9:6383", None, "node"),
+        ]
+    finally:
+        process.terminate()
+        process.wait(timeout=30)

@@ -109,3 +109,15 @@ checks_timeout_s = 900  # the budget of the whole checks run (preflight, cluster
 checks_peer_timeout_factor = 3  # a node still running when the median node has finished this many times over is stopped
 checks_node_timeout_s = 300  # the longest one node's measurement may take, with or without peers to judge by
 checks_report_dir = "reports"  # where the JSON report and the plot are saved on the operator's machine
+checks_monitoring = True  # the full checks read Prometheus (targets up; XID, throttling, ECC) when monitoring is on
+checks_monitoring_window_s = 3600  # how far back the checks look in Prometheus for XID, throttling and ECC errors
+
+# monitoring (exporters part; merged with that part's)
+monitoring_enabled = True  # node and GPU exporters, Prometheus and Grafana; False removes what rayrig installed
+monitoring_host = None  # inventory name or address of the host that runs Prometheus and Grafana; None: the head
+monitoring_gpu_exporter = "dcgm"  # the GPU hosts' exporter: "dcgm" (NVIDIA's DCGM exporter) or "none"
+
+# monitoring (server part; merged with that part's)
+monitoring_prometheus_port = 9090  # Prometheus on the monitoring host, on 127.0.0.1 (rayrig dashboard forwards it)
+monitoring_grafana = True  # Grafana beside Prometheus, with Ray's dashboards and a GPU dashboard
+monitoring_grafana_port = 3000  # Grafana on the monitoring host, on 127.0.0.1 (rayrig dashboard forwards it)

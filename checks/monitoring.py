@@ -17,8 +17,9 @@ bounded by ``timeout_s`` (and Prometheus's own ``timeout`` parameter on queries)
 - ``GET /api/v1/query`` over the last ``window_s`` seconds, on the ``gpu`` job's series (the
   DCGM exporter's field names, its ``etc/default-counters.csv``):
 
-  - ``DCGM_FI_DEV_XID_ERRORS`` (a default counter, "value of the last XID error") above 0 at any
-    time: an XID error, FAIL for the codes of :data:`checks.gpu_health.XID_FAIL`, else WARN;
+  - ``DCGM_FI_DEV_XID_ERRORS`` (a default counter, "value of the last XID error") changed in the
+    window and above 0: an XID error, FAIL for the codes of :data:`checks.gpu_health.XID_FAIL`,
+    else WARN; above 0 but unchanged all along, an error from before the window: INFO;
   - ``DCGM_FI_DEV_CLOCKS_EVENT_REASONS`` (``DCGM_FI_DEV_CLOCK_THROTTLE_REASONS`` before DCGM 3.3),
     NVML's clock event reasons bitmask: the share of the window HW slowdown, HW thermal slowdown,
     HW power brake slowdown or SW thermal slowdown was active; FAIL for a HW one in half the
@@ -70,7 +71,7 @@ WAIT_S = 60  # how long targets not scraped yet, missing or down are asked for a
 POLL_S = 5
 STEP = "30s"  # the clock event reasons' subquery resolution
 RESULT = "RESULT "
-REQUESTS = 8  # the most requests after the targets: the metrics exported, then one per finding
+REQUESTS = 9  # the most requests after the targets: the metrics exported, then one per finding
 
 UP, DOWN, UNKNOWN, MISSING = "up", "down", "unknown", "missing"
 
@@ -295,7 +296,11 @@ def gpu_queries(exported: Iterable[str], window_s: int) -> dict[str, tuple[str, 
     exported = set(exported)
     queries: dict[str, tuple[str, str]] = {}
     if XID in exported:
-        queries["xid"] = (XID, f'max_over_time({XID}{{job="gpu"}}[{window}]) > 0')
+        # The gauge keeps the last code: one that changed in the window is an error in it; one that held
+        # all along is an error from before it (the GPU health probes read the kernel log since boot).
+        last, changed = f'max_over_time({XID}{{job="gpu"}}[{window}]) > 0', f'changes({XID}{{job="gpu"}}[{window}]) > 0'
+        queries["xid"] = (XID, f"{last} and {changed}")
+        queries["xid_before"] = (XID, f"{last} unless {changed}")
     reasons_metric = next((m for m in CLOCK_REASONS if m in exported), None)
     if reasons_metric:
         bits = [
@@ -338,7 +343,10 @@ def gpu_reasons(series: Mapping[str, Sequence[Mapping[str, Any]]], metrics: Mapp
             host = host_of(labels, hosts) or labels.get("host") or labels.get("instance") or "?"
             device, where = _gpu(labels)
             value = float(one["value"][1])
-            if kind == "xid":
+            if kind == "xid_before":
+                message = f"{where}: its last Xid, {int(value)}, is from before the last {window} (none since)"
+                reasons.append(Reason(INFO, message, host=host, device=device, source=SOURCE_XID))
+            elif kind == "xid":
                 code = int(value)
                 level = FAIL if code in gpu_health.XID_FAIL else WARN
                 meaning = gpu_health.XID_MEANINGS.get(code, "see NVIDIA's XID catalogue")

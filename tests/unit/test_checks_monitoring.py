@@ -59,7 +59,8 @@ class Answers:
     def kind(self, expr: str) -> str:
         if expr.startswith("count by (__name__)"):
             return "exported"
-        for word, kind in (("XID_ERRORS", "xid"), ("floor(", "throttle"), ("ECC_DBE", "ecc"),
+        for word, kind in (("unless changes(DCGM_FI_DEV_XID", "xid_before"), ("XID_ERRORS", "xid"),
+                           ("floor(", "throttle"), ("ECC_DBE", "ecc"),
                            ("UNCORRECTABLE_REMAPPED", "remapped"), ("ROW_REMAP_FAILURE", "remap_failed")):  # fmt: skip
             if word in expr:
                 return kind
@@ -137,7 +138,7 @@ def test_every_exporter_and_ray_node_up_and_no_gpu_error_passes(prometheus):
         "10.0.0.1:6383", "10.0.0.1:44227", "10.0.0.1:44217"}  # fmt: skip
     assert "gpu" not in [row["job"] for row in section["targets"] if row["host"] == "w2"]  # no GPU, no exporter
     assert all("[3600s" in expr for expr in answers.asked[1:])  # checks_monitoring_window_s
-    assert len(answers.asked) == 1 + 5  # which metrics are exported, then one query per finding
+    assert len(answers.asked) == 1 + 6  # which metrics are exported, then one query per finding
 
 
 def test_a_node_exporter_down_fails_naming_the_host_the_target_and_what_to_look_at(prometheus):
@@ -204,6 +205,20 @@ def test_an_xid_error_in_the_window_flags_the_host_and_gpu_with_nvidias_meaning(
     assert judged([r for r in reasons if r.level != INFO]) == [(FAIL, "w1", "gpu 3")]  # Xid 79: a FAIL code
     assert reasons[0].message == "gpu 3 (NVIDIA H100 80GB HBM3): Xid 79 in the last 1 h: GPU has fallen off the bus"
     assert "docs.nvidia.com/deploy/xid-errors" in reasons[0].source and "DCGM_FI_DEV_XID_ERRORS" in reasons[0].source
+
+
+def test_an_xid_from_before_the_window_is_said_but_flags_nothing(prometheus):
+    url, answers = prometheus
+    answers.queries["xid_before"] = "query_xid.json"
+    _section, reasons = read(url)
+    assert judged(reasons) == [(INFO, "w1", "gpu 3")]
+    assert reasons[0].message == (
+        "gpu 3 (NVIDIA H100 80GB HBM3): its last Xid, 79, is from before the last 1 h (none since)")  # fmt: skip
+    xid = [expr for expr in answers.asked if "XID" in expr and "__name__" not in expr]
+    assert xid == ['max_over_time(DCGM_FI_DEV_XID_ERRORS{job="gpu"}[3600s]) > 0 and '
+                   'changes(DCGM_FI_DEV_XID_ERRORS{job="gpu"}[3600s]) > 0',
+                   'max_over_time(DCGM_FI_DEV_XID_ERRORS{job="gpu"}[3600s]) > 0 unless '
+                   'changes(DCGM_FI_DEV_XID_ERRORS{job="gpu"}[3600s]) > 0']  # fmt: skip
 
 
 def test_an_application_xid_is_a_warning_as_in_the_host_probe():

@@ -624,6 +624,30 @@ def test_parts_with_no_budget_left_are_not_run_and_say_so(tmp_path, monkeypatch,
     assert outcome.verdict.status == FAIL
 
 
+@pytest.mark.parametrize(
+    ("spent_after", "not_run", "ran"),
+    [("cluster_state", ["monitoring", "benchmark"], ["cluster_state"]),
+     ("monitoring", ["benchmark"], ["cluster_state", "monitoring"])],
+)  # fmt: skip
+def test_monitoring_is_a_part_of_the_budget_like_the_others(tmp_path, monkeypatch, spent_after, not_run, ran):
+    _budget_spent_after(monkeypatch, spent_after)
+
+    class Head(FakeNode):
+        def run(self, command: str, print_output: bool = False) -> tuple[bool, list[str]]:
+            return self.run_head(command, print_output)  # type: ignore[attr-defined]
+
+    answers = {"probe": RUNNING, "cluster_state": alive(HEAD_IP), "monitoring": watched(("head", "node", "up"))}
+    head = Head("head", HEAD_IP, answers, report=BENCH)
+    outcome, _ = run([head], {"head": settings(tmp_path, monitoring_enabled=True)}, {"head": NO_GPUS})
+
+    kinds = [kind for kind, _ in head.calls]
+    assert [k for k in ("cluster_state", "monitoring", "benchmark") if k in kinds] == ran
+    budget_fails = [r.message for r in outcome.verdict.reasons if "ran out" in r.message]
+    assert [m.split(":")[0] for m in budget_fails] == not_run
+    by_part = json.loads(outcome.json_path.read_text())["budget"]["by_part"]
+    assert (by_part["monitoring"] is None) == ("monitoring" in not_run)
+
+
 @pytest.mark.parametrize("status", [124, 137])
 def test_a_benchmark_stopped_at_the_budget_leaves_its_partial_report(tmp_path, status):
     partial = {key: BENCH[key] for key in ("mode", "cpu_only", "devices")}  # the devices phase only

@@ -75,7 +75,7 @@ REQUESTS = 9  # the most requests after the targets: the metrics exported, then 
 
 UP, DOWN, UNKNOWN, MISSING = "up", "down", "unknown", "missing"
 
-SOURCE_TARGETS = "Prometheus's targets (/api/v1/targets): the health of its last scrape"
+SOURCE_TARGETS = "Prometheus's last scrape of the target (/api/v1/targets)"
 SOURCE_XID = f"{gpu_health.SOURCE_XID}; DCGM_FI_DEV_XID_ERRORS in Prometheus"
 SOURCE_THROTTLE = "NVIDIA: clock event reasons (nvml.h), the DCGM exporter's {metric} in Prometheus"
 SOURCE_ECC = "NVIDIA: uncorrectable ECC errors and row remapping, the DCGM exporter's {metric} in Prometheus"

@@ -326,6 +326,13 @@ PROPERTIES: dict[str, dict[str, Any]] = {
     },
     "checks_node_timeout_s": {"type": "integer", "minimum": 10, "x-expected": "a number of seconds of at least 10"},
     "checks_report_dir": {"type": "string", "pattern": _LOCAL_PATH, "x-expected": "a folder path"},
+    "checks_monitoring": {"type": "boolean", "x-expected": "true or false"},
+    "checks_monitoring_window_s": {
+        "type": "integer",
+        "minimum": 60,
+        "maximum": 31 * 86400,
+        "x-expected": "a number of seconds from 60 to 31 days (how far back the checks read Prometheus)",
+    },
     "ray_cluster_name": {"type": "string", "pattern": _NAME, "x-expected": "a name of letters, digits, . _ -"},
     "base_wait_timeout_s": {"type": "integer", "minimum": 0, "x-expected": "a non-negative number of seconds"},
     # Secrets in transit and what is installed unverified: workload secrets in a 0600 env file, Mountpoint pinned.

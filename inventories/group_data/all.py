@@ -109,6 +109,8 @@ checks_timeout_s = 900  # the budget of the whole checks run (preflight, cluster
 checks_peer_timeout_factor = 3  # a node still running when the median node has finished this many times over is stopped
 checks_node_timeout_s = 300  # the longest one node's measurement may take, with or without peers to judge by
 checks_report_dir = "reports"  # where the JSON report and the plot are saved on the operator's machine
+checks_monitoring = True  # the full checks read Prometheus (targets up; XID, throttling, ECC) when monitoring is on
+checks_monitoring_window_s = 3600  # how far back the checks look in Prometheus for XID, throttling and ECC errors
 
 # --- Monitoring ------------------------------------------------------------
 # monitoring (exporters part; merged with that part's)

@@ -21,7 +21,15 @@ from pyinfra.api.exceptions import PyinfraError
 
 from deploy import settings
 from deploy.admin_networks import narrow_expected, too_wide
-from deploy.data_keys import ADDRESS_FORMAT, CLUSTER_WIDE, PORT_NAMES, PROPERTIES, RESERVED_RESOURCES
+from deploy.data_keys import (
+    ADDRESS_FORMAT,
+    CLUSTER_WIDE,
+    MONITORING_PORT_NAMES,
+    PORT_NAMES,
+    PROPERTIES,
+    RESERVED_RESOURCES,
+)
+from deploy.ports import HEAD_METRICS_ENV, WORKER_RANGE, exporter_ports
 
 SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
@@ -96,7 +104,7 @@ class InventoryError(PyinfraError):
 
 def _expected(key: str, error: jsonschema.ValidationError) -> str:
     spec = PROPERTIES.get(key, {})
-    if len(error.path) > 1 and key == "ray_ports":
+    if len(error.path) > 1 and key in ("ray_ports", "monitoring_ports"):
         return "a port number 1-65535"
     if error.validator == "additionalProperties" and key == "ray_ports":
         return error.message.replace("Additional properties are not allowed", "known port names only") + (
@@ -129,6 +137,7 @@ def validate_host(name: str, data: Mapping[str, Any], host_names: Collection[str
         problems += _export_problems(name, merged)
         problems += _firewall_problems(name, merged)
         problems += _temp_dir_problems(name, merged)
+        problems += _monitoring_problems(name, merged)
     return problems
 
 
@@ -386,6 +395,7 @@ def validate_cluster(hosts: Iterable[tuple[str, Mapping[str, Any], str]]) -> lis
             )
 
     problems += _absent_problems(merged)
+    problems += _monitoring_host_problems(hosts, merged)
 
     for key in CLUSTER_WIDE:
         values: dict[str, list[str]] = {}
@@ -422,6 +432,68 @@ def _absent_problems(merged: Mapping[str, Mapping[str, Any]]) -> list[Problem]:
         )
         for name in sorted(servers)
     ]
+    return problems
+
+
+# monitoring (exporters) ------------------------------------------------------------------------------
+
+
+def _monitoring_problems(name: str, merged: Mapping[str, Any]) -> list[Problem]:
+    """The exporters' ports join the members' single port list (``deploy.ports.member_ports``): each
+    must be apart from the other's, from every Ray port and the worker range, and from the image
+    mirror's; none may be opened to any source by ``firewall_extra_tcp_ports``. Ray's head metrics
+    ports are pinned from ``ray_ports``, never from ``ray_env``."""
+    problems = [
+        Problem(name, f"ray_env[{key!r}]", merged["ray_env"][key], f"no {key}: set ray_ports[{port!r}] instead")
+        for port, key in HEAD_METRICS_ENV.items()
+        if key in merged["ray_env"]
+    ]
+    ray = merged["ray_ports"]
+    lo, hi = ray["worker_min"], ray["worker_max"]
+    taken = {port: f"ray_ports[{key!r}]" for key, port in reversed(ray.items()) if key not in WORKER_RANGE}
+    if merged["image_mirror"] == "head":
+        taken.setdefault(merged["image_mirror_port"], "image_mirror_port")
+    for key in MONITORING_PORT_NAMES:
+        port = merged["monitoring_ports"][key]
+        label = f"monitoring_ports[{key!r}]"
+        if port in taken:
+            problems.append(Problem(name, label, port, f"a port not already used by {taken[port]}"))
+        elif lo <= port <= hi:
+            problems.append(Problem(name, label, port, f"a port outside Ray's worker range {lo}-{hi}"))
+        taken.setdefault(port, label)
+    for key, port in exporter_ports(merged).items():
+        label = f"monitoring_ports[{key!r}]"
+        for index, extra in enumerate(merged["firewall_extra_tcp_ports"]):
+            first, last = (int(p) for p in extra.split("-")) if isinstance(extra, str) else (extra, extra)
+            if first <= port <= last:
+                problems.append(
+                    Problem(
+                        name,
+                        f"firewall_extra_tcp_ports[{index}]",
+                        extra,
+                        f"ports apart from the exporters' ({label} = {port}): an exporter answers anyone who asks",
+                    )
+                )
+    return problems
+
+
+def _monitoring_host_problems(
+    hosts: list[tuple[str, Mapping[str, Any], str]], merged: Mapping[str, Mapping[str, Any]]
+) -> list[Problem]:
+    """``monitoring_host`` names a host of the inventory (by its name or node address) that stays in it."""
+    wanted = {s["monitoring_host"] for s in merged.values() if s["monitoring_enabled"]} - {None}
+    problems = []
+    for target in sorted(wanted):
+        found = [name for name, _data, address in hosts if target in (name, address)]
+        holders = sorted(n for n, s in merged.items() if s["monitoring_host"] == target)
+        if not found:
+            problems.append(
+                Problem(holders[0], "monitoring_host", target, "the name or node address of a host of this inventory")
+            )
+        elif merged[found[0]]["ray_state"] == "absent":
+            problems.append(
+                Problem(holders[0], "monitoring_host", target, 'a host that stays (not ray_state = "absent")')
+            )
     return problems
 
 

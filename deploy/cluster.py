@@ -19,6 +19,7 @@ from deploy.docker import docker
 from deploy.firewall import distro_packages as firewall_packages
 from deploy.firewall import firewall
 from deploy.membership import check_membership, record_members
+from deploy.monitoring_exporters import monitoring_exporters
 from deploy.nvidia import nvidia
 from deploy.post_checks import post_deploy_checks
 from deploy.ray_image import ray_image, wait_for_image
@@ -47,4 +48,5 @@ else:
     wait_for_image()
     ray_node()
     record_members()
+    monitoring_exporters()
 post_deploy_checks()

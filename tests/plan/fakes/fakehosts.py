@@ -37,7 +37,7 @@ from deploy import auth, cluster_token, env_secret, firewall, membership, nfs, r
 from deploy.docker import merge_daemon_config
 from deploy.ray_image import registry_config
 from deploy.storage import mount_points
-from tests.plan.fakes import fake_firewall, fake_storage
+from tests.plan.fakes import fake_firewall, fake_monitoring, fake_storage
 
 FRESH = "fresh"
 CONVERGED = "converged"
@@ -467,6 +467,7 @@ def fake_responses(
     firewall: Mapping[str, Any] | None = None,
     storage: Mapping[str, Any] | None = None,
     recorded: Iterable[str] | None | str = CONVERGED,
+    monitoring: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The ``fake_responses`` of one host.
 
@@ -495,8 +496,8 @@ def fake_responses(
     ``fabricmanager`` (installed at the driver's version, enabled and running).
 
     ``members`` are the cluster's node addresses, the head's first (the
-    firewall admits them); ``firewall`` and ``storage`` are keywords for
-    ``fake_firewall.facts`` and ``fake_storage.facts``. ``recorded`` is the
+    firewall admits them); ``firewall``, ``storage`` and ``monitoring`` are keywords for
+    ``fake_firewall.facts``, ``fake_storage.facts`` and ``fake_monitoring.facts``. ``recorded`` is the
     membership record the host keeps (``deploy.membership.MEMBERS_PATH``): by
     default, when converged, the members and every host's member networks; a
     list of members instead, or None for no record.
@@ -539,6 +540,7 @@ def fake_responses(
     steps = [
         fake_firewall.facts(os_name, converged, data, members, firewall or {}),
         fake_storage.facts(os_name, converged, data, members, storage or {}),
+        fake_monitoring.facts(os_name, converged, data, gpus, monitoring or {}),
     ]
     for step in steps:
         responses.update(step.responses)

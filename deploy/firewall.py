@@ -397,9 +397,16 @@ def render_ruleset(
         "",
         *_set("admins_v6", "ipv6_addr", [_element(n) for n in admins if n.version == 6], True),
         "",
-        "\t# Ray's ports (ray_ports)"
-        + (", the exporters' (monitoring_ports)" if exporters else "")
-        + (" and NFS" if nfs_server else "")
+        "\t# "
+        + " and ".join(
+            what
+            for what, on in (
+                ("Ray's ports (ray_ports)", True),
+                ("the exporters' (monitoring_ports)", exporters),
+                ("NFS", nfs_server),
+            )
+            if on
+        )
         + ", open to the members.",
         *_set("ray_ports", "inet_service", [p for p, _n in ray], True, [n for _p, n in ray]),
         "",

@@ -392,7 +392,11 @@ def remove_exporters() -> None:
     for package in (DEBIAN_PACKAGE, EPEL_PACKAGE):
         if not fact(host, File, package.drop_in):
             continue
-        drop_in = files.file(name=f"Remove rayrig's drop-in for {package.service}", path=package.drop_in, present=False)
+        folder = shlex.quote(package.drop_in.rsplit("/", 1)[0])  # and its folder, unless others' drop-ins are there
+        drop_in = server.shell(
+            name=f"Remove rayrig's drop-in for {package.service}",
+            commands=[f"rm -f {shlex.quote(package.drop_in)}", f"rmdir --ignore-fail-on-non-empty {folder}"],
+        )
         daemon_reload(f"Reload systemd units for {package.service}", [drop_in], [f"{package.service}.service"])
         if package.package != ours:  # the host's own package: back to its own flags
             server.shell(

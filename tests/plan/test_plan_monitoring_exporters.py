@@ -278,3 +278,15 @@ def test_a_gpu_exporter_no_longer_wanted_is_removed_with_its_image():
         "Remove the exporter images no longer used",
     ]
     assert f"docker image rm -- {DCGM_IMAGE}" in gpu.op("Remove the exporter images no longer used").commands[0]
+
+
+def test_a_host_leaving_the_cluster_loses_its_exporters_before_its_firewall():
+    hosts = reference_cluster("rocky9", "converged")
+    hosts = [(n, {**d, "ray_state": "absent"} if n == GPU_WORKER else d) for n, d in hosts]
+    run = run_deploy(hosts)
+    gone = run[GPU_WORKER]
+    stop = gone.op("Stop and disable rayrig-gpu-exporter.service")
+    assert "dnf remove -y node-exporter" in gone.op("Remove the node exporter package rayrig installed").commands
+    assert gone.has_op("Remove the exporter images rayrig pulled") and gone.has_op("Remove rayrig's exporter records")
+    assert stop.step < gone.op("Delete rayrig's nftables table").step
+    assert exporter_ops(run[HEAD]) == [] and exporter_ops(run[CPU_WORKER]) == []

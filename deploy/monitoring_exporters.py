@@ -246,6 +246,22 @@ def wanted_images(h: Any) -> dict[str, str]:
     return wanted
 
 
+def exporter_targets(address: str, settings: dict[str, Any], gpus: int) -> dict[str, str]:
+    """job -> host:port of the exporters a host runs (``address``: its node address, ``gpus``:
+    :func:`gpu_count`), the Prometheus jobs ``node`` and ``gpu``; none with monitoring off.
+
+    >>> s = {"monitoring_enabled": True, "monitoring_gpu_exporter": "dcgm",
+    ...      "monitoring_ports": {"node_exporter": 9100, "gpu_exporter": 9400}}
+    >>> exporter_targets("10.0.0.2", s, 8), exporter_targets("10.0.0.3", s, 0)
+    ({'node': '10.0.0.2:9100', 'gpu': '10.0.0.2:9400'}, {'node': '10.0.0.3:9100'})
+    """
+    ports = exporter_ports(settings)
+    targets = {"node": listen_address(address, ports["node_exporter"])} if ports else {}
+    if "gpu_exporter" in ports and gpus > 0:
+        targets["gpu"] = listen_address(address, ports["gpu_exporter"])
+    return targets
+
+
 def _run_hosts() -> list[Any]:
     return [h for h in present_hosts(inventory) if h.connected and host.state.is_host_in_limit(h)]
 

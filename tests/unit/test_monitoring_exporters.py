@@ -167,3 +167,13 @@ def test_forgetting_images_removes_them_and_their_lines_only():
     command = mon.forget_images_command(["b:1", "a:1"])
     assert command.startswith("docker image rm -- a:1 >/dev/null 2>&1 || true; docker image rm -- b:1")
     assert "grep -vxF -e a:1 -e b:1 /var/lib/rayrig/exporters/images" in command
+
+
+def test_the_scrape_targets_are_the_exporters_a_host_runs_on_its_node_address():
+    s = settings.merge({})
+    assert mon.exporter_targets("10.0.0.2", s, 8) == {"node": "10.0.0.2:9100", "gpu": "10.0.0.2:9400"}
+    assert mon.exporter_targets("fd00::3", s, 0) == {"node": "[fd00::3]:9100"}
+    assert mon.exporter_targets("10.0.0.2", settings.merge({"monitoring_gpu_exporter": "none"}), 8) == {
+        "node": "10.0.0.2:9100"
+    }
+    assert mon.exporter_targets("10.0.0.2", settings.merge({"monitoring_enabled": False}), 8) == {}

@@ -80,6 +80,7 @@ def _null_or_strings(keys: dict[str, str], expected: str) -> dict[str, Any]:
 PORT_NAMES = (
     "gcs", "client_server", "dashboard", "dashboard_agent_grpc", "dashboard_agent_http",
     "node_manager", "object_manager", "runtime_env_agent", "metrics_export", "worker_min", "worker_max",
+    "dashboard_metrics", "autoscaler_metrics",
 )  # fmt: skip
 
 #: Ports ``ray start`` refuses below 1024 (ray/_private/parameter.py).
@@ -91,6 +92,11 @@ CLUSTER_WIDE = (
     "ray_cluster_name", "ray_auth", "storage_nfs_server", "storage_nfs_exports",
     "ray_rolling_batch", "ray_gcs_fault_tolerance", "image_mirror", "image_mirror_port",
 )  # fmt: skip
+# monitoring (exporters): one Prometheus scrapes every host at the same ports, through one firewall rule set.
+CLUSTER_WIDE += ("monitoring_enabled", "monitoring_host", "monitoring_ports", "monitoring_gpu_exporter")
+
+#: The exporters of ``monitoring_ports``: the node exporter on every host, the GPU exporter on GPU hosts.
+MONITORING_PORT_NAMES = ("node_exporter", "gpu_exporter")
 
 PROPERTIES: dict[str, dict[str, Any]] = {
     "ray_role": {"enum": ["head", "worker"], "x-expected": '"head" or "worker"'},
@@ -357,6 +363,31 @@ PROPERTIES: dict[str, dict[str, Any]] = {
         "propertyNames": {"pattern": r"^(x86_64|arm64)\.(deb|rpm)\Z"},
         "additionalProperties": {"type": "string", "pattern": r"^[0-9a-f]{64}\Z"},
         "x-expected": 'a mapping of "x86_64.deb", "x86_64.rpm", "arm64.deb", "arm64.rpm" to sha256 hex digests',
+    },
+    # monitoring (exporters)
+    "monitoring_enabled": {"type": "boolean", "x-expected": "true or false"},
+    "monitoring_host": {
+        "type": ["string", "null"],
+        "pattern": _HOST_NAME,
+        "x-expected": "null (the head) or the name or address of the inventory host that runs Prometheus",
+    },
+    "monitoring_ports": {
+        "type": "object",
+        "properties": {name: _PORT for name in MONITORING_PORT_NAMES},
+        "required": list(MONITORING_PORT_NAMES),
+        "additionalProperties": False,
+        "x-expected": "a mapping of " + " and ".join(MONITORING_PORT_NAMES) + " to port numbers 1-65535",
+    },
+    "monitoring_node_exporter_image": {
+        "type": "string",
+        "pattern": _IMAGE,
+        "x-expected": "an image reference (registry/name:tag or @sha256:digest)",
+    },
+    "monitoring_gpu_exporter": {"enum": ["dcgm", "none"], "x-expected": '"dcgm" or "none"'},
+    "monitoring_gpu_exporter_image": {
+        "type": "string",
+        "pattern": _IMAGE,
+        "x-expected": "an image reference (registry/name:tag or @sha256:digest)",
     },
 }
 

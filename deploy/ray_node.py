@@ -73,6 +73,7 @@ from deploy.base import platform
 from deploy.cluster_token import settle_token_once
 from deploy.facts import ContainerState, DockerImageId, HostInfo, NvidiaDevices, fact
 from deploy.memo import run_memo
+from deploy.ports import ray_metrics_env
 from deploy.ray_image import needs_pull, runs_other_image, same_image_command, user_command
 from deploy.replacements import note_replacement
 from deploy.secret_files import put_secret_file
@@ -218,6 +219,7 @@ def docker_run_args(
     if nofile:
         args.append(f"--ulimit=nofile={nofile}:{nofile}")
     env = {
+        **ray_metrics_env(settings["ray_ports"], role),  # the head's metrics ports, which ray start cannot set
         **ray_temp.rotation_env(settings),
         **gcs_store.container_env(settings, role),
         **(monitoring_config.ray_head_env(settings) if monitoring else {}),  # ray_env may set them otherwise

@@ -24,7 +24,7 @@ DEFAULTS_FILE = Path(__file__).resolve().parent.parent / "inventories" / "group_
 PREFIXES = ("ray_", "docker_", "base_", "nvidia_", "firewall_", "storage_", "checks_", "image_", "monitoring_")
 
 #: Dict-valued settings where a host may set only some keys (the rest keep their defaults).
-PARTIAL_DICTS = ("ray_ports",)
+PARTIAL_DICTS = ("ray_ports", "monitoring_ports")
 
 
 @functools.cache

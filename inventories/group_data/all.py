@@ -36,6 +36,8 @@ ray_ports = {  # every port Ray listens on, pinned so that firewalls and securit
     "metrics_export": 6383,  # Prometheus metrics, every node
     "worker_min": 10002,  # first port of the worker range, every node
     "worker_max": 10999,  # last port of the worker range, every node
+    "dashboard_metrics": 44227,  # the dashboard's Prometheus metrics, on the head (Ray's DASHBOARD_METRIC_PORT)
+    "autoscaler_metrics": 44217,  # the autoscaler's Prometheus metrics, on the head (Ray's AUTOSCALER_METRIC_PORT)
 }
 ray_env = {}  # environment of the ray-node container, e.g. {"NCCL_SOCKET_IFNAME": "eth0"}; not for secrets
 ray_env_secret = {}  # secret environment of ray-node (e.g. {"WANDB_API_KEY": ...}): a 0600 --env-file, never printed
@@ -97,6 +99,15 @@ storage_mountpoint_sha256 = {}  # "x86_64.deb"/"x86_64.rpm"/"arm64.deb"/"arm64.r
 # --- Base ------------------------------------------------------------------
 base_extra_packages = []  # more OS packages to install on every host
 base_wait_timeout_s = 600  # how long to wait for cloud-init and package-manager locks on a fresh host
+
+# --- Monitoring -------------------------------------------------------------
+# monitoring (exporters): every exporter listens on the node's address, admitted from the members only.
+monitoring_enabled = True  # node and GPU exporters (and Prometheus, Grafana); False removes what rayrig installed
+monitoring_host = None  # inventory name or address of the host running Prometheus and Grafana; None: the head
+monitoring_ports = {"node_exporter": 9100, "gpu_exporter": 9400}  # node exporter (every host), GPU exporter (GPU hosts)
+monitoring_node_exporter_image = "quay.io/prometheus/node-exporter:v1.9.1"  # Amazon Linux 2023 (no package there)
+monitoring_gpu_exporter = "dcgm"  # GPU hosts' exporter: "dcgm" (NVIDIA's DCGM exporter container) or "none"
+monitoring_gpu_exporter_image = "nvcr.io/nvidia/k8s/dcgm-exporter:4.2.3-4.1.3-ubuntu22.04"  # through image_mirror too
 
 # --- Post-deploy checks ----------------------------------------------------
 checks_enabled = True  # run the checks (preflight, cluster state, benchmark) at the end of the deploy

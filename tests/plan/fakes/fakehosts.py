@@ -48,7 +48,7 @@ from deploy import (
 from deploy.docker import merge_daemon_config
 from deploy.ray_image import registry_config
 from deploy.storage import mount_points
-from tests.plan.fakes import fake_firewall, fake_monitoring, fake_storage
+from tests.plan.fakes import fake_firewall, fake_monitoring, fake_monitoring_exporters, fake_storage
 
 FRESH = "fresh"
 CONVERGED = "converged"
@@ -492,6 +492,7 @@ def fake_responses(
     storage: Mapping[str, Any] | None = None,
     monitoring: Mapping[str, Any] | None = None,
     recorded: Iterable[str] | None | str = CONVERGED,
+    exporters: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The ``fake_responses`` of one host.
 
@@ -522,7 +523,8 @@ def fake_responses(
     ``members`` are the cluster's node addresses, the head's first (the
     firewall admits them); ``firewall`` and ``storage`` are keywords for
     ``fake_firewall.facts`` and ``fake_storage.facts``, ``monitoring`` for
-    ``fake_monitoring.facts`` (``cluster`` sets it). ``recorded`` is the
+    ``fake_monitoring.facts`` (the monitoring server; ``cluster`` sets it), ``exporters`` for
+    ``fake_monitoring_exporters.facts``. ``recorded`` is the
     membership record the host keeps (``deploy.membership.MEMBERS_PATH``): by
     default, when converged, the members and every host's member networks; a
     list of members instead, or None for no record.
@@ -566,6 +568,7 @@ def fake_responses(
         fake_firewall.facts(os_name, converged, data, members, firewall or {}),
         fake_storage.facts(os_name, converged, data, members, storage or {}),
         fake_monitoring.facts(converged, data, monitoring or {}),
+        fake_monitoring_exporters.facts(os_name, converged, data, gpus, exporters or {}),
     ]
     for step in steps:
         responses.update(step.responses)

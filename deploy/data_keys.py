@@ -423,24 +423,3 @@ PROPERTIES.update(
         },
     }
 )
-
-# monitoring (exporters part; merged with that part's)
-PROPERTIES.update(
-    {
-        "monitoring_enabled": {"type": "boolean", "x-expected": "true or false"},
-        "monitoring_host": {
-            "type": ["string", "null"],
-            "pattern": _HOST_NAME,
-            "x-expected": "null (the head) or the name or address of a host of this inventory",
-        },
-        "monitoring_ports": {
-            "type": "object",
-            "properties": {"node_exporter": _HIGH_PORT, "gpu_exporter": _HIGH_PORT},
-            "required": ["node_exporter", "gpu_exporter"],
-            "additionalProperties": False,
-            "x-expected": "a mapping of node_exporter and gpu_exporter to port numbers 1024-65535",
-        },
-        "monitoring_gpu_exporter": {"enum": ["dcgm", "none"], "x-expected": '"dcgm" or "none"'},
-    }
-)
-CLUSTER_WIDE += ("monitoring_enabled", "monitoring_host")

@@ -123,13 +123,7 @@ checks_report_dir = "reports"  # where the JSON report and the plot are saved on
 checks_monitoring = True  # the full checks read Prometheus (targets up; XID, throttling, ECC) when monitoring is on
 checks_monitoring_window_s = 3600  # how far back the checks look in Prometheus for XID, throttling and ECC errors
 
-# --- Monitoring ------------------------------------------------------------
-# monitoring (exporters part; merged with that part's)
-monitoring_enabled = True  # exporters everywhere, Prometheus and Grafana on monitoring_host; False removes them
-monitoring_host = None  # inventory name or address of the host that runs Prometheus and Grafana; None: the head
-monitoring_ports = {"node_exporter": 9100, "gpu_exporter": 9400}  # exporters' ports: every host / GPU hosts
-monitoring_gpu_exporter = "dcgm"  # GPU exporter on GPU hosts: "dcgm" (NVIDIA's DCGM exporter) or "none"
-
+# --- Monitoring (the exporters' keys are above, after Ray's) -----------------
 # monitoring (server): Prometheus and Grafana on monitoring_host, in containers, on 127.0.0.1 only
 monitoring_prometheus_port = 9090  # Prometheus's port on the monitoring host's loopback (rayrig dashboard forwards it)
 monitoring_grafana_port = 3000  # Grafana's port on the monitoring host's loopback (rayrig dashboard forwards it)

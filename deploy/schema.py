@@ -453,6 +453,7 @@ def _monitoring_server_problems(name: str, merged: Mapping[str, Any]) -> list[Pr
             worker_range = f"{ports['worker_min']}-{ports['worker_max']}"
             problems.append(Problem(name, key, port, f"a port outside Ray's worker range {worker_range}"))
         taken.setdefault(port, key)
+    return problems
 
 
 # monitoring (exporters) ------------------------------------------------------------------------------

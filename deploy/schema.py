@@ -482,19 +482,21 @@ def _monitoring_problems(name: str, merged: Mapping[str, Any]) -> list[Problem]:
         elif lo <= port <= hi:
             problems.append(Problem(name, label, port, f"a port outside Ray's worker range {lo}-{hi}"))
         taken.setdefault(port, label)
-    for key, port in exporter_ports(merged).items():
-        label = f"monitoring_ports[{key!r}]"
-        for index, extra in enumerate(merged["firewall_extra_tcp_ports"]):
-            first, last = (int(p) for p in extra.split("-")) if isinstance(extra, str) else (extra, extra)
-            if first <= port <= last:
-                problems.append(
-                    Problem(
-                        name,
-                        f"firewall_extra_tcp_ports[{index}]",
-                        extra,
-                        f"ports apart from the exporters' ({label} = {port}): an exporter answers anyone who asks",
-                    )
+    ray_spans = [(p, p) for k, p in ray.items() if k not in WORKER_RANGE] + [(lo, hi)]
+    for index, extra in enumerate(merged["firewall_extra_tcp_ports"]):
+        first, last = (int(p) for p in extra.split("-")) if isinstance(extra, str) else (extra, extra)
+        if any(first <= b and a <= last for a, b in ray_spans):
+            continue  # refused already for reaching Ray's ports (_firewall_problems)
+        hits = [f"monitoring_ports[{k!r}] = {p}" for k, p in exporter_ports(merged).items() if first <= p <= last]
+        if hits:
+            problems.append(
+                Problem(
+                    name,
+                    f"firewall_extra_tcp_ports[{index}]",
+                    extra,
+                    f"ports apart from the exporters' ({', '.join(hits)}): an exporter answers anyone who asks",
                 )
+            )
     return problems
 
 

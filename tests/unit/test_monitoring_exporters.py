@@ -177,3 +177,9 @@ def test_the_scrape_targets_are_the_exporters_a_host_runs_on_its_node_address():
         "node": "10.0.0.2:9100"
     }
     assert mon.exporter_targets("10.0.0.2", settings.merge({"monitoring_enabled": False}), 8) == {}
+
+
+def test_an_extra_port_range_over_both_exporters_is_one_problem_naming_both():
+    [p] = validate_host("gpu-01", {"firewall_extra_tcp_ports": [80, "9000-9500"]})
+    assert (p.key, p.value) == ("firewall_extra_tcp_ports[1]", "9000-9500")
+    assert "monitoring_ports['node_exporter'] = 9100, monitoring_ports['gpu_exporter'] = 9400" in p.expected

@@ -420,7 +420,7 @@ def test_detected_gpus_stand_for_auto_in_the_cluster_totals(tmp_path):
     found = [(r.level, r.message) for r in outcome.verdict.reasons]
     assert (INFO, "4 x NVIDIA L4, driver 550") in found
     assert (FAIL, "cluster total GPU is 0, the inventory declares 4") in found
-    assert "_ ray-node 4 0;" in dict(worker.calls)["probe"]  # the container side knows the GPU count
+    assert "_ ray-node 4 0 60;" in dict(worker.calls)["probe"]  # the container side knows the GPU count
 
 
 @pytest.mark.parametrize(

@@ -93,7 +93,7 @@ def test_monitoring_off_leaves_nothing_and_on_again_brings_it_back(lab: Lab, fir
     assert "RAY_PROMETHEUS_HOST" not in lab.sh(lab.head, "sudo docker inspect --format '{{.Config.Env}}' ray-node")
     assert len(cluster_state(lab)["nodes"]) == HOSTS
     again = deploy(LAB_INVENTORY, "--data", "monitoring_enabled=false")
-    assert again.returncode == 0 and sum(changed_operations(again.stdout).values()) == 0
+    assert again.returncode == 0 and sum(changed_operations(again.stdout + again.stderr).values()) == 0
     on = deploy(LAB_INVENTORY)
     assert on.returncode == 0, "the deploy with monitoring on again failed"
     names = {h["address"] for h in lab.hosts}

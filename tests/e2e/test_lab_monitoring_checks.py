@@ -72,11 +72,11 @@ def test_a_stopped_node_exporter_fails_the_checks_naming_its_host(lab, first_dep
     report = json.loads(report_paths(output)[0].read_text())
     assert report["verdict"]["status"] == "FAIL"
     watched = report["monitoring"]
-    assert watched["error"] is None and watched["host"] == lab.head["name"], watched
+    assert watched["error"] is None and watched["host"] == lab.head["address"], watched
     down = [(t["host"], t["job"]) for t in watched["targets"] if t["health"] != "up"]
-    assert down == [(victim["name"], "node")], watched["targets"]
+    assert down == [(victim["address"], "node")], watched["targets"]
     fails = [r for r in report["verdict"]["reasons"] if r["level"] == "FAIL"]
-    assert [r["host"] for r in fails] == [victim["name"]], fails  # that host, and nothing else failed
+    assert [r["host"] for r in fails] == [victim["address"]], fails  # that host, and nothing else failed
     assert 'node exporter (job "node")' in fails[0]["message"] and "is down in Prometheus" in fails[0]["message"]
     assert f"FAIL  {victim['name']}: node exporter" in output  # what the operator reads
 

@@ -78,7 +78,7 @@ def test_a_stopped_node_exporter_fails_the_checks_naming_its_host(lab, first_dep
     fails = [r for r in report["verdict"]["reasons"] if r["level"] == "FAIL"]
     assert [r["host"] for r in fails] == [victim["address"]], fails  # that host, and nothing else failed
     assert 'node exporter (job "node")' in fails[0]["message"] and "is down in Prometheus" in fails[0]["message"]
-    assert f"FAIL  {victim['name']}: node exporter" in output  # what the operator reads
+    assert f"FAIL  {victim['address']}: node exporter" in output  # what the operator reads
 
 
 def test_the_dashboard_forwards_prometheus_through_the_head(lab, first_deploy):

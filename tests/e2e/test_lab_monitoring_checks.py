@@ -78,7 +78,8 @@ def test_a_stopped_node_exporter_fails_the_checks_naming_its_host(lab, first_dep
     fails = [r for r in report["verdict"]["reasons"] if r["level"] == "FAIL"]
     assert [r["host"] for r in fails] == [victim["address"]], fails  # that host, and nothing else failed
     assert 'node exporter (job "node")' in fails[0]["message"] and "is down in Prometheus" in fails[0]["message"]
-    assert f"FAIL  {victim['address']}: node exporter" in output  # what the operator reads
+    # what the operator reads: the message names the host's address already, so it is not repeated
+    assert f'FAIL  node exporter (job "node") at {victim["address"]}:9100 is down in Prometheus' in output
 
 
 def test_the_dashboard_forwards_prometheus_through_the_head(lab, first_deploy):

@@ -21,6 +21,8 @@ In the head's ray-node container (``python -m``), from the copy of this package 
 - :mod:`checks.cluster_state`: the alive Ray nodes, their resources and Ray version, the totals
   (the quick checks run it from its source, ``python -c``, copying nothing);
 - :mod:`checks.storage_probe`: the shared-storage round trip through Ray tasks;
+- :mod:`checks.monitoring`: what Prometheus says (targets up, GPU errors in a window), read over
+  urllib in the monitoring host's container (the head's, unless ``monitoring_host`` names another);
 - :mod:`checks.benchmark`: the benchmark's command line, on one machine (``--local``, torch
   only) or across the Ray cluster (``--cluster``: :mod:`checks.cluster_bench`, :mod:`checks.devices`,
   :mod:`checks.allreduce`, :mod:`checks.allreduce_plan`), with :mod:`checks.kernels` (torch measurements),

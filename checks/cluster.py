@@ -1,6 +1,6 @@
 """The post-deploy checks of a whole cluster, driven from the operator's machine through its nodes.
 
-Four parts, one verdict:
+Five parts, one verdict:
 
 1. preflight on every node (:mod:`checks.preflight`): the GPUs the driver sees
    against ``ray_num_gpus``, the same GPUs inside the ray-node container, the
@@ -12,12 +12,15 @@ Four parts, one verdict:
    custom-resource totals equal the declarations;
 3. shared storage (:mod:`checks.shared_storage`), when a node has a shared
    mount: a round trip through every mount on every node that has it;
-4. the benchmark (:mod:`checks.benchmark` ``--cluster``) inside the head
+4. monitoring (:mod:`checks.monitoring`), when it is on: Prometheus on the monitoring host has
+   every host's exporters and Ray node as up targets, and no GPU had an XID error, throttled or
+   hit an uncorrectable ECC error in ``checks_monitoring_window_s``;
+5. the benchmark (:mod:`checks.benchmark` ``--cluster``) inside the head
    container, which drives every node through Ray.
 
 The whole run has one budget, the head's ``checks_timeout_s`` (:mod:`checks.run_budget`):
 preflight reads every node at once, each within ``checks_node_timeout_s`` (a node that does not
-answer by then is a FAIL naming it); parts 2 to 4 get what is left, and a part with nothing left
+answer by then is a FAIL naming it); parts 2 to 5 get what is left, and a part with nothing left
 is not started and says so. The benchmark is told the budget left (``--budget``, with
 ``--peer-factor`` and ``--timeout`` for its per-node deadlines), ``timeout`` stops it if it
 overruns, and its report, written after every phase, is fetched whatever its exit status.
@@ -27,7 +30,8 @@ quick checks instead (:mod:`checks.quick`: alive nodes, their resources, one Ray
 command); ``deploy/post_checks.py`` chooses.
 
 The checks package is copied into the head's ray-node container once, before
-the cluster state, and parts 2 to 4 run from that copy (``python -m``). The copy
+the cluster state, and parts 2 to 5 run from that copy (``python -m``); the monitoring part runs
+on the monitoring host, from a copy of its own where that is not the head. A copy
 goes through a fresh private directory on the head (``mktemp -d``, 0700) and
 another inside the container, made for this run and removed at its end, failed
 or not: no fixed path in ``/tmp`` that another local user could claim first and
@@ -55,7 +59,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import preflight, run_budget, shared_storage
+from . import monitoring, preflight, run_budget, shared_storage
 from . import report as report_mod
 from . import verdict as verdict_mod
 from .deadlines import Budget
@@ -104,7 +108,7 @@ def run_checks(
     """
     head_settings = settings[head.name]
     container = head_settings["ray_container_name"]
-    progress("--> Running the post-deploy checks (preflight, cluster state, shared storage, benchmark)")
+    progress("--> Running the post-deploy checks (preflight, cluster state, shared storage, monitoring, benchmark)")
     parts = Parts(Budget(head_settings["checks_timeout_s"]))
 
     with parts.part("preflight"):
@@ -118,6 +122,7 @@ def run_checks(
     aliases = {d["address"]: d["name"] for d in declarations if d["address"] != d["name"]}
 
     cluster_state = storage = bench = None  # storage None: no shared mounts, nothing in the report's text
+    watched = None  # the monitoring part's section; None: not reached
     with checks_on_head(head, container) as dirs:
         if dirs is None:
             reasons.append(Reason(FAIL, "could not copy the checks into the head's container"))
@@ -139,6 +144,9 @@ def run_checks(
                 }
                 reasons += shared_storage.storage_reasons(storage, aliases)
                 storage["hosts"] = aliases
+
+            watched, found = _monitoring(nodes, head, container, dirs, settings, gpus, parts, progress)
+            reasons += found
 
             if parts.left() - BENCHMARK_MARGIN_S < MIN_PART_S:
                 reasons.append(parts.not_run("benchmark"))
@@ -164,6 +172,7 @@ def run_checks(
         "preflight": preflights,
         "cluster_state": cluster_state,
         "storage": storage,
+        "monitoring": watched,
         "budget": parts.as_dict(),
         "verdict": {**verdict.as_dict(), "thresholds": thresholds},
     }
@@ -224,6 +233,47 @@ def _cluster_state(head: Node, container: str, dirs: HeadDirs, expected_ips: lis
     if state is None:
         reasons.append(Reason(FAIL, "could not read the cluster state from the head container"))
     return state
+
+
+def _monitoring(nodes: Sequence[Node], head: Node, container: str, dirs: HeadDirs,
+                settings: Mapping[str, Mapping[str, Any]], gpus: Mapping[str, Mapping[str, Any]], parts: Parts,
+                progress: Callable[[str], None]) -> tuple[dict[str, Any] | None, list[Reason]]:  # fmt: skip
+    """What Prometheus says (:mod:`checks.monitoring`), read on the monitoring host within what is left of
+    the budget: the report's section and the reasons. Off (``monitoring_enabled``, ``checks_monitoring``):
+    a section that says so, and no reason."""
+    head_settings = settings[head.name]
+    why_not = monitoring.skipped(head_settings)
+    if why_not:
+        return {"skipped": why_not}, []
+    named = head_settings["monitoring_host"]
+    where = monitoring.monitoring_node(nodes, head, named)
+    if where is None:
+        message = f"monitoring_host = {named!r} is neither the name nor the address of a host of this inventory"
+        return {"error": message}, [Reason(FAIL, f"{message}: Prometheus not read")]
+    left = int(parts.left())
+    if left < MIN_PART_S:
+        return None, [parts.not_run("monitoring")]
+    port = head_settings["monitoring_prometheus_port"]
+    quickest = monitoring.time_needed({"wait_s": 0, "timeout_s": monitoring.REQUEST_TIMEOUT_S})
+    cfg = monitoring.config(where.name, port, nodes, head_settings, gpus,
+                            wait_s=min(monitoring.WAIT_S, left - quickest))  # fmt: skip
+    limit = min(monitoring.time_needed(cfg), left)
+    window = monitoring.span(cfg["window_s"])
+    progress(f"--> Monitoring: Prometheus on {where.name}: every host's targets, GPU errors in the last {window}")
+    lines: list[str] = []
+    with parts.part("monitoring"):
+        if where is head:
+            _ok, lines = head.run(monitoring_command(container, cfg, workdir=dirs.container, limit_s=limit))
+        else:
+            with checks_on_head(where, container) as there:
+                if there is not None:
+                    _ok, lines = where.run(monitoring_command(container, cfg, workdir=there.container, limit_s=limit))
+    section = monitoring.parse_result(lines)
+    if section is None:
+        message = f"monitoring: no result from {where.name}'s {container} container (timed out after {limit} s, "
+        message += "or the checks could not be copied there, or Python failed there)"
+        return {"prometheus": cfg["url"], "host": where.name, "error": message}, [Reason(FAIL, message)]
+    return section, monitoring.reasons(section, cfg)
 
 
 @dataclass(frozen=True)
@@ -363,6 +413,12 @@ def storage_command(
     limit = shared_storage.check_timeout(task_timeout_s, read_wait_s)
     limit = min(limit, int(limit_s)) if limit_s is not None else limit
     return f"timeout -k 10 {limit} " + _in_container(container, workdir, "storage_probe", json.dumps(config))
+
+
+def monitoring_command(container: str, cfg: Mapping[str, Any], *, workdir: str, limit_s: int) -> str:
+    """The shell command that reads Prometheus (:mod:`checks.monitoring`, its ``cfg``) in ``container``,
+    stopped by ``timeout`` after ``limit_s`` seconds."""
+    return f"timeout -k 5 {int(limit_s)} " + _in_container(container, workdir, "monitoring", json.dumps(cfg))
 
 
 def benchmark_command(container: str, settings: Mapping[str, Any], aliases: dict[str, str],

@@ -31,10 +31,24 @@ from .verdict import FAIL, INFO, WARN, Reason
 MIN_SHM_BYTES = 512 * 2**20  # below this, Ray's object store spills to disk: worth a warning
 MIN_HEALTH_S = 5  # the GPU health probe is not started with less of the node's preflight cap left
 
-# $1 the container, $2 the GPUs on the PCI bus, $3 the NVSwitches: one KEY=VALUE line per reading.
+MAX_START_WAIT_S = 60  # how long the probe waits for a container its systemd unit is (re)starting
+
+# $1 the container, $2 the GPUs on the PCI bus, $3 the NVSwitches, $4 the seconds to wait for a
+# container that is not running while its unit (named like it) is starting it again: one KEY=VALUE
+# line per reading. After a deploy that replaced the head, the workers' ray-node units restart
+# their containers (Restart=always); such a container is coming back, not down. A unit that is
+# stopped or failed is not waited for. A paused container counts as running (Ray judges it).
 # Ray's version from its package metadata: importing Ray costs a CPU-second, 20 s on a starved node.
 PROBE_SCRIPT = r"""
 c="$1"
+w="${4:-0}"
+i=0
+while [ "$(docker inspect --format '{{.State.Running}}' "$c" 2>/dev/null)" != true ] && [ "$i" -lt "$w" ]; do
+    case "$(systemctl is-active "$c" 2>/dev/null)" in active|activating|reloading) ;; *) break ;; esac
+    sleep 2
+    i=$((i+2))
+done
+[ "$i" -gt 0 ] && echo "START_WAITED=$i"
 echo "RUNNING=$(docker inspect --format '{{.State.Running}}' "$c" 2>/dev/null || echo missing)"
 echo "RAY_VERSION=$(docker exec "$c" python -c 'import importlib.metadata as m; print(m.version("ray"))' 2>/dev/null)"
 echo "SHM_KB=$(docker exec "$c" df -k /dev/shm 2>/dev/null | awk 'NR==2 {print $2}')"
@@ -43,18 +57,21 @@ if [ "$3" -gt 0 ]; then echo "FABRICMANAGER=$(systemctl is-active nvidia-fabricm
 """
 
 
-def probe_command(container: str, gpus: Mapping[str, Any], timeout_s: float | None = None) -> str:
+def probe_command(
+    container: str, gpus: Mapping[str, Any], timeout_s: float | None = None, start_wait_s: float = 0
+) -> str:
     """The shell command that reads the container side of one node's preflight.
 
     With ``timeout_s``, ``timeout`` stops it after that many seconds, and its last line says how
-    it ended (``PROBE_EXIT=124`` when stopped: :func:`probe_stopped`).
+    it ended (``PROBE_EXIT=124`` when stopped: :func:`probe_stopped`). ``start_wait_s``: how long
+    to wait for a container whose unit is starting it again (see ``PROBE_SCRIPT``).
 
-    >>> probe_command("ray-node", {"pci_count": 0, "nvswitches": 0, "driver": None})[-14:]
-    '_ ray-node 0 0'
+    >>> probe_command("ray-node", {"pci_count": 0, "nvswitches": 0, "driver": None})[-16:]
+    '_ ray-node 0 0 0'
     >>> probe_command("ray-node", {"pci_count": 0, "nvswitches": 0}, timeout_s=60)[:17]
     'timeout -k 5 60 s'
     """
-    args = [shlex.quote(container), str(int(gpus["pci_count"])), str(int(gpus["nvswitches"]))]
+    args = [shlex.quote(container), str(int(gpus["pci_count"])), str(int(gpus["nvswitches"])), str(int(start_wait_s))]
     command = f"sh -c {shlex.quote(PROBE_SCRIPT)} _ {' '.join(args)}"
     if timeout_s is None:
         return command
@@ -79,14 +96,20 @@ def check_node(
     A probe that ``timeout`` stopped is one FAIL naming the node, not the readings it did not finish.
     """
     started = time.monotonic()
-    _ok, lines = node.run(probe_command(container, gpus, timeout_s=cap_s))
+    start_wait_s = max(0, min(MAX_START_WAIT_S, cap_s - 15))  # the readings after the wait need time too
+    _ok, lines = node.run(probe_command(container, gpus, timeout_s=cap_s, start_wait_s=start_wait_s))
     probe = parse_probe(lines)
     stopped = probe_stopped(probe)
     probe.pop("probe_exit", None)
+    waited = probe.pop("start_waited", None)
     found: dict[str, Any] = {"gpus": dict(gpus), **probe}
     if stopped:
         return found, [Reason(FAIL, f"preflight did not answer in {cap_s:g} s", host=node.name)]
     reasons = preflight_reasons(node.name, settings, gpus, probe)
+    if waited and probe.get("running") == "true":
+        found["start_waited_s"] = int(waited)
+        reasons.append(Reason(INFO, f"the {container} container was being started again by its unit; "
+                                    f"running after {waited} s", host=node.name))  # fmt: skip
     if int(gpus.get("pci_count") or 0) > 0:
         left = cap_s - (time.monotonic() - started)
         if left < MIN_HEALTH_S:
@@ -170,13 +193,17 @@ def preflight_reasons(
     shm_kb = _int(probe.get("shm_kb"))
     if shm_kb is not None and shm_kb * 1024 < min_shm_bytes:
         reasons.append(
-            Reason(WARN, f"/dev/shm in the container is {shm_kb // 1024} MiB (Ray's object store falls back to disk)",
-                   host=host)  # fmt: skip
+            Reason(
+                WARN,
+                f"/dev/shm in the container is {shm_kb // 1024} MiB (Ray's object store falls back to disk)",
+                host=host,
+            )  # fmt: skip
         )
     if gpus.get("nvswitches") and probe.get("fabricmanager") != "active":
         reasons.append(
-            Reason(FAIL, f"NVSwitch system but nvidia-fabricmanager is {probe.get('fabricmanager') or 'absent'}",
-                   host=host)  # fmt: skip
+            Reason(
+                FAIL, f"NVSwitch system but nvidia-fabricmanager is {probe.get('fabricmanager') or 'absent'}", host=host
+            )  # fmt: skip
         )
     return reasons
 

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from . import gpu_health
+from . import gpu_health, monitoring
 from .allreduce_plan import host_words
 from .verdict import Reason, Verdict, spec_fractions
 
@@ -183,6 +183,32 @@ def render_storage(report: dict[str, Any]) -> str:
     return "Shared storage\n" + format_table(["mount", "kind", "status", "round trip"], rows)
 
 
+def render_monitoring(report: dict[str, Any]) -> str:
+    """What the checks read from Prometheus (:mod:`checks.monitoring`): how many targets are up, a row for
+    each one that is not, and whether the GPUs' findings were read; "" in a report without the part."""
+    data = report.get("monitoring")
+    if not data:
+        return ""
+    if data.get("skipped"):
+        return f"monitoring: not read: {data['skipped']}"
+    where = f"Prometheus on {data['host']} ({data.get('prometheus')})" if data.get("host") else "Prometheus"
+    if data.get("error"):
+        return f"monitoring: {where}: FAILED: {data['error']}"
+    targets = data.get("targets") or []
+    up = sum(1 for t in targets if t["health"] == "up")
+    lines = [f"Monitoring: {where}: {up} of {len(targets)} targets up"]
+    rows = [[t["host"], t["job"], t.get("instance") or "-", t["health"], t.get("error") or ""]
+            for t in targets if t["health"] != "up"]  # fmt: skip
+    if rows:
+        lines.append(format_table(["host", "job", "target", "health", "last error"], rows))
+    if data.get("exported") is not None:
+        found = data.get("findings") or []
+        gpu = [f for f in found if f.get("source") != monitoring.SOURCE_TARGETS and f["level"] != "INFO"]
+        window = monitoring.span(data.get("window_s") or 0)
+        lines.append(f"GPU findings in the last {window} (XID, throttling, ECC): {len(gpu) or 'none'}")
+    return "\n".join(lines)
+
+
 def render_mode(report: dict[str, Any]) -> str:
     """Which checks ran and why: ``checks: quick: no ray-node was created or replaced in this run; ...``
     ("" in a report without it, such as the benchmark's own)."""
@@ -243,6 +269,9 @@ def render(report: dict[str, Any], verdict: Verdict | None = None) -> str:
         storage = render_storage(report)
         if storage:
             parts.append(storage)
+        watched = render_monitoring(report)
+        if watched:
+            parts.append(watched)
         timing = report.get("timing") or {}
         if timing:
             parts.append("timing: " + ", ".join(f"{k} {_num(v)} s" for k, v in timing.items()))

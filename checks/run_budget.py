@@ -29,7 +29,7 @@ from .deadlines import Budget
 from .reasons import FAIL, Reason
 
 PARTS = {"preflight": "preflight", "cluster_state": "cluster state", "storage": "shared storage",
-         "benchmark": "benchmark"}  # fmt: skip
+         "monitoring": "monitoring", "benchmark": "benchmark"}  # fmt: skip
 MIN_PART_S = 10  # a part with less of the budget left is not started
 BENCHMARK_MARGIN_S = 20  # the benchmark aims to end this long before the budget; `timeout` kills it this long after
 PROBE_GRACE_S = 15  # beyond a node's preflight cap: `timeout -k 5` and the connection's own seconds

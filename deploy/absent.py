@@ -10,6 +10,8 @@ both), ensures, in this order:
   ``ray-node-previous`` containers removed;
 - its shared mounts unmounted and their units removed, S3 credentials and any NFS exports file
   removed (``deploy.storage.remove_storage``);
+- the monitoring exporters rayrig installed removed (``deploy.monitoring_exporters.remove_exporters``),
+  before the firewall that kept them to the members;
 - rayrig's firewall removed: the nftables table, its unit, the drop-in and the ruleset
   (``deploy.firewall.remove_firewall``);
 - the secrets rayrig put there removed: the Ray token, the secret environment
@@ -38,6 +40,7 @@ from deploy import auth, env_secret
 from deploy.facts import ContainerState, fact
 from deploy.firewall import remove_firewall
 from deploy.membership import MEMBERS_PATH
+from deploy.monitoring_exporters import remove_exporters
 from deploy.ray_image import DOCKER_CONFIG_DIR
 from deploy.ray_node import previous_name
 from deploy.settings import host_settings
@@ -99,6 +102,7 @@ def remove_from_cluster() -> None:
     settings = host_settings(host)
     _remove_ray_node(settings["ray_container_name"], settings["ray_drain_timeout_s"])
     remove_storage()
+    remove_exporters()  # before the firewall: they answer anyone who asks
     remove_firewall()
     secrets = (
         ("the Ray token", auth.NODE_TOKEN_DIR),

@@ -19,6 +19,8 @@ from deploy.docker import docker
 from deploy.firewall import distro_packages as firewall_packages
 from deploy.firewall import firewall
 from deploy.membership import check_membership, record_members
+from deploy.monitoring_exporters import monitoring_exporters
+from deploy.monitoring_server import monitoring_server
 from deploy.nvidia import nvidia
 from deploy.post_checks import post_deploy_checks
 from deploy.ray_image import ray_image, wait_for_image
@@ -47,4 +49,6 @@ else:
     wait_for_image()
     ray_node()
     record_members()
+    monitoring_exporters()
+monitoring_server()  # Prometheus and Grafana on the monitoring host, once Ray is up; removed elsewhere
 post_deploy_checks()

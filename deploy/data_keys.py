@@ -80,6 +80,7 @@ def _null_or_strings(keys: dict[str, str], expected: str) -> dict[str, Any]:
 PORT_NAMES = (
     "gcs", "client_server", "dashboard", "dashboard_agent_grpc", "dashboard_agent_http",
     "node_manager", "object_manager", "runtime_env_agent", "metrics_export", "worker_min", "worker_max",
+    "dashboard_metrics", "autoscaler_metrics",
 )  # fmt: skip
 
 #: Ports ``ray start`` refuses below 1024 (ray/_private/parameter.py).
@@ -91,6 +92,11 @@ CLUSTER_WIDE = (
     "ray_cluster_name", "ray_auth", "storage_nfs_server", "storage_nfs_exports",
     "ray_rolling_batch", "ray_gcs_fault_tolerance", "image_mirror", "image_mirror_port",
 )  # fmt: skip
+# monitoring (exporters): one Prometheus scrapes every host at the same ports, through one firewall rule set.
+CLUSTER_WIDE += ("monitoring_enabled", "monitoring_host", "monitoring_ports", "monitoring_gpu_exporter")
+
+#: The exporters of ``monitoring_ports``: the node exporter on every host, the GPU exporter on GPU hosts.
+MONITORING_PORT_NAMES = ("node_exporter", "gpu_exporter")
 
 PROPERTIES: dict[str, dict[str, Any]] = {
     "ray_role": {"enum": ["head", "worker"], "x-expected": '"head" or "worker"'},
@@ -326,6 +332,13 @@ PROPERTIES: dict[str, dict[str, Any]] = {
     },
     "checks_node_timeout_s": {"type": "integer", "minimum": 10, "x-expected": "a number of seconds of at least 10"},
     "checks_report_dir": {"type": "string", "pattern": _LOCAL_PATH, "x-expected": "a folder path"},
+    "checks_monitoring": {"type": "boolean", "x-expected": "true or false"},
+    "checks_monitoring_window_s": {
+        "type": "integer",
+        "minimum": 60,
+        "maximum": 31 * 86400,
+        "x-expected": "a number of seconds from 60 to 31 days (how far back the checks read Prometheus)",
+    },
     "ray_cluster_name": {"type": "string", "pattern": _NAME, "x-expected": "a name of letters, digits, . _ -"},
     "base_wait_timeout_s": {"type": "integer", "minimum": 0, "x-expected": "a non-negative number of seconds"},
     # Secrets in transit and what is installed unverified: workload secrets in a 0600 env file, Mountpoint pinned.
@@ -351,4 +364,62 @@ PROPERTIES: dict[str, dict[str, Any]] = {
         "additionalProperties": {"type": "string", "pattern": r"^[0-9a-f]{64}\Z"},
         "x-expected": 'a mapping of "x86_64.deb", "x86_64.rpm", "arm64.deb", "arm64.rpm" to sha256 hex digests',
     },
+    # monitoring (exporters)
+    "monitoring_enabled": {"type": "boolean", "x-expected": "true or false"},
+    "monitoring_host": {
+        "type": ["string", "null"],
+        "pattern": _HOST_NAME,
+        "x-expected": "null (the head) or the name or address of the inventory host that runs Prometheus",
+    },
+    "monitoring_ports": {
+        "type": "object",
+        "properties": {name: _PORT for name in MONITORING_PORT_NAMES},
+        "required": list(MONITORING_PORT_NAMES),
+        "additionalProperties": False,
+        "x-expected": "a mapping of " + " and ".join(MONITORING_PORT_NAMES) + " to port numbers 1-65535",
+    },
+    "monitoring_node_exporter_image": {
+        "type": "string",
+        "pattern": _IMAGE,
+        "x-expected": "an image reference (registry/name:tag or @sha256:digest)",
+    },
+    "monitoring_gpu_exporter": {"enum": ["dcgm", "none"], "x-expected": '"dcgm" or "none"'},
+    "monitoring_gpu_exporter_image": {
+        "type": "string",
+        "pattern": _IMAGE,
+        "x-expected": "an image reference (registry/name:tag or @sha256:digest)",
+    },
 }
+
+# monitoring (server): Prometheus and Grafana on the monitoring host (deploy/monitoring_server.py)
+#: A Prometheus duration, one unit: "15d", "12h", "2w".
+_DURATION = r"^[1-9][0-9]*(ms|s|m|h|d|w|y)\Z"
+#: A Prometheus size: "10GB", "512MB".
+_BYTES = r"^[1-9][0-9]*(B|KB|MB|GB|TB|PB)\Z"
+PROPERTIES.update(
+    {
+        "monitoring_prometheus_port": _HIGH_PORT,
+        "monitoring_grafana_port": _HIGH_PORT,
+        "monitoring_prometheus_image": {
+            "type": "string",
+            "pattern": _IMAGE,
+            "x-expected": "an image reference (registry/name:tag or @sha256:digest)",
+        },
+        "monitoring_grafana": {"type": "boolean", "x-expected": "true or false"},
+        "monitoring_grafana_image": {
+            "type": "string",
+            "pattern": _IMAGE,
+            "x-expected": "an image reference (registry/name:tag or @sha256:digest)",
+        },
+        "monitoring_retention_time": {
+            "type": "string",
+            "pattern": _DURATION,
+            "x-expected": 'a Prometheus duration such as "15d", "12h" or "2w"',
+        },
+        "monitoring_retention_size": {
+            "type": ["string", "null"],
+            "pattern": _BYTES,
+            "x-expected": 'null (no size limit) or a size such as "10GB" or "512MB"',
+        },
+    }
+)

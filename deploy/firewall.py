@@ -12,8 +12,10 @@ With ``firewall_enabled`` (the default), ensures on every host:
       from the admins: ``firewall_admin_cidrs`` and the address the deploy
       connects from (fact ``DeploySource``), so a deploy never locks itself
       out; from anywhere when ``firewall_admin_cidrs`` is empty;
-    * every Ray port of ``ray_ports`` and the worker range
-      ``worker_min``-``worker_max`` from the cluster's members only: each
+    * every Ray port of ``ray_ports`` (Ray's metrics ports included), the worker
+      range ``worker_min``-``worker_max`` and, with ``monitoring_enabled``, the
+      exporters' ``monitoring_ports`` (``deploy.ports.member_ports``) from the
+      cluster's members only: each
       inventory host's node address (``ray_node_ip``, else its SSH address),
       resolved to IP addresses on the operator's machine, and every host's
       ``firewall_member_cidrs`` (the addresses of its other NICs: InfiniBand,
@@ -65,11 +67,12 @@ from pyinfra.operations import files, server, systemd
 
 from deploy import image_mirror
 from deploy.base import install_packages
+from deploy.data_keys import MONITORING_PORT_NAMES
 from deploy.facts import fact
 from deploy.firewall_members import member_cidrs
 from deploy.memo import run_memo
 from deploy.nfs import NFS_PORT, serves_nfs
-from deploy.ports import WORKER_RANGE, port_ranges
+from deploy.ports import WORKER_RANGE, member_ports, port_ranges
 from deploy.settings import host_data, host_settings, is_loopback, node_address, parse_address, present_hosts
 from deploy.templating import put_template, render
 from deploy.units import NeedDaemonReload, daemon_reload
@@ -333,6 +336,7 @@ def render_ruleset(
             [*ray, (str(mirror_port), "the image mirror (image_mirror = head)")], key=lambda e: int(e[0].split("-")[0])
         )
     extra = port_ranges(extra_tcp_ports)
+    exporters = any(name in ray_ports for name in MONITORING_PORT_NAMES)
 
     open_to = ["loopback, replies to this host's own connections, ICMP and ICMPv6, DHCPv6 replies;"]
     if admin_cidrs:
@@ -340,7 +344,9 @@ def render_ruleset(
     else:
         open_to.append(f"SSH (TCP {ssh_listed}) from anywhere, as firewall_admin_cidrs is empty;")
     open_to.append(
-        "Ray's ports (ray_ports) from the cluster's members"
+        "Ray's ports (ray_ports)"
+        + (" and the exporters' (monitoring_ports)" if exporters else "")
+        + " from the cluster's members"
         + (" (their node addresses and firewall_member_cidrs);" if member_cidrs else ";")
     )
     if members_all_ports:
@@ -391,7 +397,17 @@ def render_ruleset(
         "",
         *_set("admins_v6", "ipv6_addr", [_element(n) for n in admins if n.version == 6], True),
         "",
-        "\t# Ray's ports (ray_ports)" + (" and NFS" if nfs_server else "") + ", open to the members.",
+        "\t# "
+        + " and ".join(
+            what
+            for what, on in (
+                ("Ray's ports (ray_ports)", True),
+                ("the exporters' (monitoring_ports)", exporters),
+                ("NFS", nfs_server),
+            )
+            if on
+        )
+        + ", open to the members.",
         *_set("ray_ports", "inet_service", [p for p, _n in ray], True, [n for _p, n in ray]),
         "",
         "\tchain input {",
@@ -530,7 +546,7 @@ def host_ruleset(
     ``firewall_member_cidrs``) and the deploy's source."""
     settings = host_settings(current_host)
     return render_ruleset(
-        ray_ports=settings["ray_ports"],
+        ray_ports=member_ports(settings),  # Ray's ports and the exporters' (monitoring_ports)
         members=members,
         admin_cidrs=settings["firewall_admin_cidrs"],
         extra_tcp_ports=settings["firewall_extra_tcp_ports"],

@@ -1,12 +1,15 @@
 """Port ranges: merging ports into ranges, and the Ray ports of ``ray_ports`` as ranges.
 
 One helper for the host firewall (nftables sets), the EC2 security group's
-exposure check and the plan of ``rayrig cloud up``.
+exposure check and the plan of ``rayrig cloud up``; and the single list of the
+ports only the cluster's members reach (:func:`member_ports`: Ray's, their
+metrics ports included, and the exporters' of ``monitoring_ports``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 #: The keys of ``ray_ports`` that bound Ray's worker port range (the others are single ports).
 WORKER_RANGE = ("worker_min", "worker_max")
@@ -51,3 +54,49 @@ def ray_port_ranges(ports: Mapping[str, int]) -> list[tuple[int, int]]:
     if all(k in ports for k in WORKER_RANGE):
         spans.append((ports["worker_min"], ports["worker_max"]))
     return port_ranges(spans, join_adjacent=True)
+
+
+# --- Monitoring: the metrics ports that join Ray's in the single port list --------------------------
+
+#: The head's metrics ports of ``ray_ports`` and the environment variables Ray reads them from
+#: (``ray/dashboard/consts.py`` DASHBOARD_METRIC_PORT, ``ray/autoscaler/_private/constants.py``
+#: AUTOSCALER_METRIC_PORT in Ray 2.60): ``ray start`` has no option for them.
+HEAD_METRICS_ENV = {"dashboard_metrics": "DASHBOARD_METRIC_PORT", "autoscaler_metrics": "AUTOSCALER_METRIC_PORT"}
+
+
+def ray_metrics_env(ports: Mapping[str, int], role: str) -> dict[str, str]:
+    """The head's environment that pins Ray's dashboard and autoscaler metrics ports (none on a worker).
+
+    >>> ray_metrics_env({"dashboard_metrics": 44227, "autoscaler_metrics": 44217}, "head")
+    {'DASHBOARD_METRIC_PORT': '44227', 'AUTOSCALER_METRIC_PORT': '44217'}
+    """
+    return {env: str(int(ports[key])) for key, env in HEAD_METRICS_ENV.items()} if role == "head" else {}
+
+
+def exporter_ports(settings: Mapping[str, Any]) -> dict[str, int]:
+    """The exporters' ports of ``monitoring_ports`` in use: none without ``monitoring_enabled``, no GPU
+    exporter's with ``monitoring_gpu_exporter = "none"``.
+
+    >>> exporter_ports({"monitoring_enabled": True, "monitoring_gpu_exporter": "none",
+    ...                 "monitoring_ports": {"node_exporter": 9100, "gpu_exporter": 9400}})
+    {'node_exporter': 9100}
+    """
+    if not settings["monitoring_enabled"]:
+        return {}
+    ports = {"node_exporter": int(settings["monitoring_ports"]["node_exporter"])}
+    if settings["monitoring_gpu_exporter"] != "none":
+        ports["gpu_exporter"] = int(settings["monitoring_ports"]["gpu_exporter"])
+    return ports
+
+
+def member_ports(settings: Mapping[str, Any]) -> dict[str, int]:
+    """The single port list the cluster's members reach and no one else: every port of ``ray_ports``
+    (their metrics ports included) and the exporters' (:func:`exporter_ports`), by name. The host
+    firewall admits them from the members, the EC2 security group from the group itself only.
+
+    >>> ports = member_ports({"ray_ports": {"gcs": 6379}, "monitoring_enabled": True,
+    ...     "monitoring_gpu_exporter": "dcgm", "monitoring_ports": {"node_exporter": 9100, "gpu_exporter": 9400}})
+    >>> ports
+    {'gcs': 6379, 'node_exporter': 9100, 'gpu_exporter': 9400}
+    """
+    return {**settings["ray_ports"], **exporter_ports(settings)}

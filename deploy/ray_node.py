@@ -68,11 +68,12 @@ from pyinfra.api import deploy
 from pyinfra.api.exceptions import PyinfraError
 from pyinfra.operations import files, server, systemd
 
-from deploy import auth, env_secret, firewall, gcs_store, ray_temp, rolling
+from deploy import auth, env_secret, firewall, gcs_store, monitoring_config, monitoring_server, ray_temp, rolling
 from deploy.base import platform
 from deploy.cluster_token import settle_token_once
 from deploy.facts import ContainerState, DockerImageId, HostInfo, NvidiaDevices, fact
 from deploy.memo import run_memo
+from deploy.ports import ray_metrics_env
 from deploy.ray_image import needs_pull, runs_other_image, same_image_command, user_command
 from deploy.replacements import note_replacement
 from deploy.secret_files import put_secret_file
@@ -196,6 +197,7 @@ def docker_run_args(
     shm: str,
     nofile: int | None,
     token_digest: str | None = None,
+    monitoring: bool = False,
 ) -> list[str]:
     """``docker create`` arguments for the ray-node container, without the hash label.
 
@@ -203,7 +205,9 @@ def docker_run_args(
     is on: the token file is mounted read-only, and a new token replaces the
     container. Every shared-storage mount point is bind-mounted at its own path
     (the unit is PartOf= their units, so a remount restarts the container and it
-    sees the new one; no mount propagation is needed).
+    sees the new one; no mount propagation is needed). ``monitoring``: the head is the monitoring
+    host; its dashboard finds Prometheus and Grafana, and it writes Ray's Grafana dashboards to a
+    folder shared with the host (:func:`deploy.monitoring_config.ray_head_env`).
     """
     args = [
         "docker", "create",
@@ -215,8 +219,10 @@ def docker_run_args(
     if nofile:
         args.append(f"--ulimit=nofile={nofile}:{nofile}")
     env = {
+        **ray_metrics_env(settings["ray_ports"], role),  # the head's metrics ports, which ray start cannot set
         **ray_temp.rotation_env(settings),
         **gcs_store.container_env(settings, role),
+        **(monitoring_config.ray_head_env(settings) if monitoring else {}),  # ray_env may set them otherwise
         **settings["ray_env"],
         **auth.container_env(settings),
     }
@@ -228,6 +234,9 @@ def docker_run_args(
     args += [f"--mount=type=bind,src={p},dst={p}" for p in mount_points(settings)]
     args.append(ray_temp.mount_arg(settings))  # Ray's sessions, logs and spilled objects on the host
     args += gcs_store.mount_args(settings, role)
+    if monitoring and settings["monitoring_grafana"]:
+        dashboards = monitoring_config.ray_dashboards_dir(settings)
+        args.append(f"--mount=type=bind,src={dashboards},dst={dashboards}")
     if num_gpus > 0:
         args.append(gpus_option(settings.get("nvidia_visible_devices", "all")))
     return args + [settings["ray_image"], *start_args]
@@ -306,7 +315,8 @@ def desired_run_args(current_host: Any) -> tuple[str, list[str]]:
     nofile = nofile_limit(settings["ray_ulimit_nofile"], info["nofile_hard"])
     token = settle_token_once(current_host.state, inventory) if settings["ray_auth"] == "token" else None
     digest = auth.token_digest(token) if token else None
-    return role, docker_run_args(settings, role, start, num_gpus, shm, nofile, digest)
+    monitoring = monitoring_server.head_runs_monitoring(current_host)
+    return role, docker_run_args(settings, role, start, num_gpus, shm, nofile, digest, monitoring)
 
 
 def node_view(current_host: Any) -> rolling.Node:
@@ -425,6 +435,11 @@ def ray_node() -> None:
             mode="700",
         )
         own_files.append(f'chown "$({uid})" {shlex.quote(settings["ray_gcs_storage_path"])}')
+
+    if role == "head" and monitoring_server.head_runs_monitoring(host) and settings["monitoring_grafana"]:
+        dashboards = monitoring_config.ray_dashboards_dir(settings)
+        files.directory(name="Create the folder of Ray's Grafana dashboards", path=dashboards, mode="755")
+        own_files.append(f'chown "$({uid})" {shlex.quote(dashboards)}')
 
     unit = put_template(
         f"Install the {name} systemd unit",

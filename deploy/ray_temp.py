@@ -82,4 +82,3 @@ def own_command(settings: dict[str, Any]) -> str:
     mounted = shlex.quote(host_path(settings))
     uid = user_command(settings["ray_image"])
     return f'mkdir -p {mounted} && chown -R "$({uid})" {mounted} && chmod 700 {folder}'
-

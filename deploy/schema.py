@@ -21,7 +21,16 @@ from pyinfra.api.exceptions import PyinfraError
 
 from deploy import settings
 from deploy.admin_networks import narrow_expected, too_wide
-from deploy.data_keys import ADDRESS_FORMAT, CLUSTER_WIDE, PORT_NAMES, PROPERTIES, RESERVED_RESOURCES
+from deploy.data_keys import (
+    ADDRESS_FORMAT,
+    CLUSTER_WIDE,
+    MONITORING_PORT_NAMES,
+    PORT_NAMES,
+    PROPERTIES,
+    RESERVED_RESOURCES,
+)
+from deploy.monitoring_config import resolve_monitoring_host
+from deploy.ports import HEAD_METRICS_ENV, WORKER_RANGE, exporter_ports
 
 SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
@@ -96,7 +105,7 @@ class InventoryError(PyinfraError):
 
 def _expected(key: str, error: jsonschema.ValidationError) -> str:
     spec = PROPERTIES.get(key, {})
-    if len(error.path) > 1 and key == "ray_ports":
+    if len(error.path) > 1 and key in ("ray_ports", "monitoring_ports"):
         return "a port number 1-65535"
     if error.validator == "additionalProperties" and key == "ray_ports":
         return error.message.replace("Additional properties are not allowed", "known port names only") + (
@@ -129,6 +138,8 @@ def validate_host(name: str, data: Mapping[str, Any], host_names: Collection[str
         problems += _export_problems(name, merged)
         problems += _firewall_problems(name, merged)
         problems += _temp_dir_problems(name, merged)
+        problems += _monitoring_server_problems(name, merged)
+        problems += _monitoring_problems(name, merged)
     return problems
 
 
@@ -386,6 +397,7 @@ def validate_cluster(hosts: Iterable[tuple[str, Mapping[str, Any], str]]) -> lis
             )
 
     problems += _absent_problems(merged)
+    problems += _monitoring_host_problems(hosts, merged)
 
     for key in CLUSTER_WIDE:
         values: dict[str, list[str]] = {}
@@ -423,6 +435,83 @@ def _absent_problems(merged: Mapping[str, Mapping[str, Any]]) -> list[Problem]:
         for name in sorted(servers)
     ]
     return problems
+
+
+# monitoring (server): Prometheus and Grafana on the monitoring host
+def _monitoring_server_problems(name: str, merged: Mapping[str, Any]) -> list[Problem]:
+    """Prometheus's and Grafana's ports: two different ones, apart from Ray's and the exporters'
+    (every service on the monitoring host shares its port space, loopback included)."""
+    ports = merged["ray_ports"]
+    taken = {port: f"ray_ports[{key!r}]" for key, port in ports.items() if key not in ("worker_min", "worker_max")}
+    taken |= {port: f"monitoring_ports[{key!r}]" for key, port in merged["monitoring_ports"].items()}
+    problems = []
+    for key in ("monitoring_prometheus_port", "monitoring_grafana_port"):
+        port = merged[key]
+        if port in taken:
+            problems.append(Problem(name, key, port, f"a port not already used by {taken[port]}"))
+        elif ports["worker_min"] <= port <= ports["worker_max"]:
+            worker_range = f"{ports['worker_min']}-{ports['worker_max']}"
+            problems.append(Problem(name, key, port, f"a port outside Ray's worker range {worker_range}"))
+        taken.setdefault(port, key)
+    return problems
+
+
+# monitoring (exporters) ------------------------------------------------------------------------------
+
+
+def _monitoring_problems(name: str, merged: Mapping[str, Any]) -> list[Problem]:
+    """The exporters' ports join the members' single port list (``deploy.ports.member_ports``): each
+    must be apart from the other's, from every Ray port and the worker range, and from the image
+    mirror's; none may be opened to any source by ``firewall_extra_tcp_ports``. Ray's head metrics
+    ports are pinned from ``ray_ports``, never from ``ray_env``."""
+    problems = [
+        Problem(name, f"ray_env[{key!r}]", merged["ray_env"][key], f"no {key}: set ray_ports[{port!r}] instead")
+        for port, key in HEAD_METRICS_ENV.items()
+        if key in merged["ray_env"]
+    ]
+    ray = merged["ray_ports"]
+    lo, hi = ray["worker_min"], ray["worker_max"]
+    taken = {port: f"ray_ports[{key!r}]" for key, port in reversed(ray.items()) if key not in WORKER_RANGE}
+    if merged["image_mirror"] == "head":
+        taken.setdefault(merged["image_mirror_port"], "image_mirror_port")
+    for key in MONITORING_PORT_NAMES:
+        port = merged["monitoring_ports"][key]
+        label = f"monitoring_ports[{key!r}]"
+        if port in taken:
+            problems.append(Problem(name, label, port, f"a port not already used by {taken[port]}"))
+        elif lo <= port <= hi:
+            problems.append(Problem(name, label, port, f"a port outside Ray's worker range {lo}-{hi}"))
+        taken.setdefault(port, label)
+    ray_spans = [(p, p) for k, p in ray.items() if k not in WORKER_RANGE] + [(lo, hi)]
+    for index, extra in enumerate(merged["firewall_extra_tcp_ports"]):
+        first, last = (int(p) for p in extra.split("-")) if isinstance(extra, str) else (extra, extra)
+        if any(first <= b and a <= last for a, b in ray_spans):
+            continue  # refused already for reaching Ray's ports (_firewall_problems)
+        hits = [f"monitoring_ports[{k!r}] = {p}" for k, p in exporter_ports(merged).items() if first <= p <= last]
+        if hits:
+            problems.append(
+                Problem(
+                    name,
+                    f"firewall_extra_tcp_ports[{index}]",
+                    extra,
+                    f"ports apart from the exporters' ({', '.join(hits)}): an exporter answers anyone who asks",
+                )
+            )
+    return problems
+
+
+def _monitoring_host_problems(
+    hosts: list[tuple[str, Mapping[str, Any], str]], merged: Mapping[str, Mapping[str, Any]]
+) -> list[Problem]:
+    """``monitoring_host`` names a present host of the inventory, by its name or its address."""
+    first = next(iter(merged))
+    value = merged[first]["monitoring_host"]
+    if value is None or not merged[first]["monitoring_enabled"]:
+        return []
+    present = [(n, address, merged[n]["ray_role"]) for n, _d, address in hosts if merged[n]["ray_state"] == "present"]
+    if resolve_monitoring_host(value, present) is None:
+        return [Problem(first, "monitoring_host", value, "the name or address of a present host of this inventory")]
+    return []
 
 
 def check_inventory(inventory: Any) -> None:

@@ -1,7 +1,7 @@
 """Wall time per phase of a deploy, and the slowest host of each, printed at its end.
 
 A phase is a step of ``deploy/cluster.py`` (base packages, Docker, image pull, NVIDIA,
-storage, firewall, Ray start) and the post-deploy checks. A pyinfra callback
+storage, firewall, Ray start, monitoring) and the post-deploy checks. A pyinfra callback
 (:class:`PhaseClock`) notes when each operation starts and ends on each host; an
 operation's phase is the name of the ``@deploy`` it belongs to, which pyinfra puts in
 front of its name ("Docker | Install the Docker engine"). "facts and plan" is the time
@@ -52,6 +52,8 @@ DEPLOY_PHASES = {
     "Firewall": "firewall",
     "Ray node": "Ray start",
     "Cluster membership": "Ray start",
+    "Monitoring server": "monitoring",
+    "Monitoring exporters": "monitoring",
     "Remove the host from the cluster": "absent hosts",
 }
 # Rows in the order they print; a @deploy not named above gets a row of its own after them.

@@ -2,8 +2,8 @@
 
 Each folder here is one image's build context (its ``Dockerfile`` and the files
 it copies): ``ray/`` is the image every Ray node runs, ``project/`` a
-project's requirements on top of it, ``lab-base/`` and ``lab-registry/`` are
-the local lab's host and registry. The modules build them:
+project's requirements on top of it, ``lab-base/``, ``lab-registry/`` and
+``lab-prometheus/`` are the local lab's host, registry and Prometheus. The modules build them:
 :mod:`images.wheelhouse` (wheels for offline builds), :mod:`images.build`
 (``docker build`` and ``docker push``), :mod:`images.project_layer` (the
 project's layer) and :mod:`images.stream` (running those commands with

@@ -7,7 +7,9 @@ The lab is ``$RAYRIG_LAB`` (default ``rayrig-lab``). Hosts are named by their
 lab address (pyinfra connects to it) and carry their SSH settings (the lab's
 key, its pinned host keys) and their Ray declaration: the first host is the
 head, every host declares 2 CPUs, no GPUs and a custom resource named after
-its hostname. See ``cloud.lab.inventory_groups``.
+its hostname. Monitoring runs the lab's own Prometheus image (Debian's package, from
+the lab's registry), without Grafana or a GPU exporter, which the lab cannot fetch.
+See ``cloud.lab.inventory_groups``.
 """
 
 import os

@@ -12,6 +12,17 @@ and the firewall keeps its port closed, so the way in is an SSH tunnel:
     export RAY_AUTH_MODE=token
     export RAY_AUTH_TOKEN_PATH=/home/me/rayrig/.rayrig/clusters/cluster/ray_auth_token
 
+With monitoring on (``monitoring_enabled``) and Prometheus and Grafana on the head (the default
+``monitoring_host``), the same ssh forwards them too (more ``-L`` options: Prometheus on
+``monitoring_prometheus_port``, Grafana on ``monitoring_grafana_port`` when ``monitoring_grafana``),
+and the banner names their URLs::
+
+    Prometheus: http://127.0.0.1:9090
+    Grafana: http://127.0.0.1:3000
+
+Both listen on the monitoring host's loopback only, so with ``monitoring_host`` naming another
+host the banner prints the ssh command that forwards them from there instead.
+
 The tunnel is OpenSSH's own (``ssh -N -L``), so the user's agent applies, and
 the head is reached the way pyinfra's ssh connector reaches it for a deploy:
 its inventory data's ``ssh_hostname``, ``ssh_user``, ``ssh_port``, ``ssh_key``,
@@ -55,8 +66,18 @@ def ssh_options(name: str, data: dict[str, Any]) -> list[str]:
 
 
 @dataclass(frozen=True)
+class Forward:
+    """One more service the tunnel forwards from the remote's loopback: its name and port there and here."""
+
+    name: str  # "Prometheus", "Grafana": what the banner calls it
+    remote_port: int
+    local_port: int
+
+
+@dataclass(frozen=True)
 class TunnelPlan:
-    """Where the tunnel goes: the head, how ssh reaches it, the dashboard's address there, the token file."""
+    """Where the tunnel goes: the head, how ssh reaches it, the dashboard's address there, the token file,
+    and the monitoring services it forwards too."""
 
     head: str
     ssh: tuple[str, ...]  # ssh_options(head, data)
@@ -65,14 +86,39 @@ class TunnelPlan:
     remote_port: int
     cluster: str
     token_file: Path | None  # None without token authentication (ray_auth = "none")
+    forwards: tuple[Forward, ...] = ()  # Prometheus and Grafana, when they run on the head
+    elsewhere: tuple[str, ...] = ()  # the ssh command that forwards them from another monitoring host
 
 
-def tunnel_plan(inventory: Inventory) -> TunnelPlan:
-    """The tunnel to the dashboard of the inventory's head (a checked inventory has exactly one)."""
+def monitoring_forwards(settings: Any, local_ports: dict[str, int | None] | None = None) -> tuple[Forward, ...]:
+    """Prometheus, and Grafana when ``monitoring_grafana``, on the monitoring host's loopback (none with
+    monitoring off); each forwarded to the same port here unless ``local_ports`` names another."""
+    if not settings["monitoring_enabled"]:
+        return ()
+    ports = {"Prometheus": settings["monitoring_prometheus_port"]}
+    if settings["monitoring_grafana"]:
+        ports["Grafana"] = settings["monitoring_grafana_port"]
+    chosen = local_ports or {}
+    return tuple(Forward(name, port, chosen.get(name) or port) for name, port in ports.items())
+
+
+def tunnel_plan(inventory: Inventory, local_ports: dict[str, int | None] | None = None,
+                monitoring: bool = True) -> TunnelPlan:  # fmt: skip
+    """The tunnel to the dashboard of the inventory's head (a checked inventory has exactly one), with
+    Prometheus and Grafana when monitoring is on (``local_ports``: their ports here, by name, if not theirs);
+    ``monitoring=False``: the dashboard alone (``rayrig submit``'s tunnel).
+
+    The monitoring host (``monitoring_host``: a host's name or address, the head when None) is found in the
+    inventory; one that is not there is an error naming it."""
     head = inventory.head
     settings = head.settings
     bind = settings["ray_dashboard_host"]
     ssh = ssh_argv(head)[1:]
+    forwards, elsewhere = monitoring_forwards(settings, local_ports) if monitoring else (), ()
+    if forwards and inventory.pick(settings["monitoring_host"]) is not head:
+        where = inventory.pick(settings["monitoring_host"])
+        elsewhere = ("ssh", "-N", *_forward_options(forwards), *ssh_argv(where)[1:])
+        forwards = ()
     return TunnelPlan(
         head=head.name,
         ssh=tuple(ssh),
@@ -81,14 +127,21 @@ def tunnel_plan(inventory: Inventory) -> TunnelPlan:
         remote_port=settings["ray_ports"]["dashboard"],
         cluster=settings["ray_cluster_name"],
         token_file=Path(local_path(str(auth.token_path(settings)))) if settings["ray_auth"] == "token" else None,
+        forwards=forwards,
+        elsewhere=elsewhere,
     )
 
 
+def _forward_options(forwards: tuple[Forward, ...]) -> list[str]:
+    return [option for f in forwards for option in ("-L", f"127.0.0.1:{f.local_port}:127.0.0.1:{f.remote_port}")]
+
+
 def ssh_command(plan: TunnelPlan, local_port: int) -> list[str]:
-    """The ``ssh -N -L`` command line of the tunnel (it holds no secret)."""
+    """The ``ssh -N -L`` command line of the tunnel: the dashboard, then Prometheus and Grafana where they
+    are forwarded too (it holds no secret)."""
     args = ["ssh", "-N", "-o", "ExitOnForwardFailure=yes", "-o", "ServerAliveInterval=30"]
     args += ["-L", f"127.0.0.1:{local_port}:{plan.remote_host}:{plan.remote_port}"]
-    return [*args, *plan.ssh]
+    return [*args, *_forward_options(plan.forwards), *plan.ssh]
 
 
 def free_port() -> int:
@@ -158,6 +211,12 @@ def open_tunnel(plan: TunnelPlan, local_port: int, wait_s: float = 30) -> Tunnel
     """Start the tunnel and return once the local port answers (or raise with ssh's words)."""
     if _listening(local_port):
         raise DashboardError(f"127.0.0.1:{local_port} is already in use here: choose another with --local-port")
+    for forward in plan.forwards:
+        if _listening(forward.local_port):
+            option = f"--local-{forward.name.lower()}-port"
+            raise DashboardError(
+                f"127.0.0.1:{forward.local_port} ({forward.name}) is already in use here: choose another with {option}"
+            )
     messages = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 (the Tunnel closes it)
     process = subprocess.Popen(ssh_command(plan, local_port), stdin=subprocess.DEVNULL, stderr=messages, text=True)
     tunnel = Tunnel(plan, local_port, process, messages)
@@ -193,6 +252,9 @@ def banner(plan: TunnelPlan, local_port: int) -> str:
             f"It asks for the cluster's Ray token, which this machine has no copy of yet ({plan.token_file}): "
             "a deploy from here fetches it from the head (`rayrig deploy INVENTORY`)"
         )
+    lines += [f"{forward.name}: http://127.0.0.1:{forward.local_port}" for forward in plan.forwards]
+    if plan.elsewhere:
+        lines.append(f"Prometheus and Grafana run on another host; forward them with: {shlex.join(plan.elsewhere)}")
     lines.append(f"The tunnel runs over SSH to {plan.destination} until Ctrl-C.")
     lines.append("Ray's own clients (ray job submit, ray list nodes ...) in another shell, after:")
     return "\n".join(lines + export_lines(plan, local_port))

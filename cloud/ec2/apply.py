@@ -209,7 +209,7 @@ def ensure_security_group(build: Build) -> None:
         actual = rules_of(ec2.describe_security_groups(GroupIds=[build.group_id])["SecurityGroups"][0])
     exposed = exposed_ray_ports(actual, build.ports)
     if exposed:
-        raise CloudError(f"security group {build.group_id} exposes Ray ports: {'; '.join(exposed)}")
+        raise CloudError(f"security group {build.group_id} exposes Ray or metrics ports: {'; '.join(exposed)}")
 
 
 def reconcile_rules(aws: Aws, group: Mapping[str, Any], desired: Mapping[Rule, str], say: Progress) -> None:

@@ -216,8 +216,8 @@ def make_plan(spec: ClusterSpec, existing: Existing, ports: Mapping[str, int]) -
             line("reuse" if res else "create", text + (f" ({res[key]})" if res else ""))
     ssh_from = ", ".join(spec.admin_cidrs)
     rules = (
-        f"SSH (tcp 22) from {ssh_from} only; all traffic within the group, Ray ports {ports_text(ports)} included; "
-        + ("outbound internet" if net.internet_egress else "no outbound internet")
+        f"SSH (tcp 22) from {ssh_from} only; all traffic within the group, Ray and metrics ports {ports_text(ports)} "
+        "included; " + ("outbound internet" if net.internet_egress else "no outbound internet")
     )
     sg = existing.security_group
     line("reuse" if sg else "create", f"security group {name}" + (f" ({sg['GroupId']})" if sg else "") + f": {rules}")

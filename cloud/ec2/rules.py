@@ -2,7 +2,8 @@
 
 Everything within the group (the Ray ports, NCCL and EFA included) in and
 out; SSH (tcp 22) from the admin CIDRs only; outbound internet unless the spec
-turns it off. No address range may reach a Ray port.
+turns it off. No address range may reach a Ray port or a metrics port (Ray's
+and the exporters': they answer anyone who asks).
 """
 
 from __future__ import annotations
@@ -11,13 +12,15 @@ from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
 from cloud.ec2.spec import ClusterSpec
-from deploy.ports import ray_port_ranges
+from deploy.ports import member_ports, ray_port_ranges
 from deploy.settings import merge
 
 
 def ray_ports(host_data: Mapping[str, Any] | None = None) -> dict[str, int]:
-    """The cluster's Ray ports: ``ray_ports`` from inventories/group_data/all.py, with the spec's overrides."""
-    return dict(merge(host_data or {})["ray_ports"])
+    """The ports only the cluster's members may reach, with the spec's overrides: ``ray_ports`` (Ray's
+    metrics ports included) and the exporters' ``monitoring_ports`` (``deploy.ports.member_ports``, the
+    list the host firewall admits from the members)."""
+    return member_ports(merge(host_data or {}))
 
 
 class Rule(NamedTuple):
@@ -95,17 +98,18 @@ def desired_rules(group_id: str, spec: ClusterSpec) -> dict[Rule, str]:
 
 
 def exposed_ray_ports(rules: Iterable[Rule], ports: Mapping[str, int]) -> list[str]:
-    """Every ingress rule that lets an address range (not the group itself) reach a Ray port."""
+    """Every ingress rule that lets an address range (not the group itself) reach one of ``ports``
+    (:func:`ray_ports`: Ray's and the metrics exporters', none of which asks who calls)."""
     problems = []
     for rule in sorted(rules):
         if rule.direction != "ingress" or rule.peer_kind == "sg":
             continue
         for lo, hi in ray_port_ranges(ports):
             if rule.covers(lo, hi):
-                problems.append(f"{rule} reaches Ray port(s) {lo}-{hi}")
+                problems.append(f"{rule} reaches Ray or metrics port(s) {lo}-{hi}")
     return problems
 
 
 def ports_text(ports: Mapping[str, int]) -> str:
-    """The Ray ports as ranges, for the plan: ``6379-6383, 8265, ...``."""
+    """The members' ports (:func:`ray_ports`) as ranges, for the plan: ``6379-6383, 8265, ...``."""
     return ", ".join(str(lo) if lo == hi else f"{lo}-{hi}" for lo, hi in ray_port_ranges(ports))

@@ -15,7 +15,8 @@
 5. a registry ``NAME-registry`` at .2:5000 (Debian's docker-registry, no auth),
    also published on 127.0.0.1 so this machine can push to it;
 6. the lab's Ray image (Ray with the default and train extras plus CPU torch),
-   built offline from a wheelhouse made on this machine, pushed to the registry;
+   built offline from a wheelhouse made on this machine, and the lab's Prometheus
+   (Debian's package), pushed to the registry;
 7. ``state.json`` in the lab's directory, which ``inventories/lab.py`` reads.
 
 Everything the lab creates carries the label ``rayrig.lab=NAME``; ``rayrig lab
@@ -24,7 +25,7 @@ are cached artefacts, shared by labs, and are left alone.
 
 The steps live in :mod:`cloud.lab.build` (1, 6), :mod:`cloud.lab.hosts` (2-4),
 :mod:`cloud.lab.registry` (5, 6) and :mod:`cloud.lab.state` (7); the image
-folders are ``images/lab-base``, ``images/lab-registry`` and ``images/ray``.
+folders are ``images/lab-base``, ``images/lab-registry``, ``images/lab-prometheus`` and ``images/ray``.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""The lab's images: a Debian rootfs, the host image, the registry image and the lab's Ray image.
+"""The lab's images: a Debian rootfs, the host image, the registry image, Prometheus and the lab's Ray image.
 
-Their build contexts are ``images/lab-base/``, ``images/lab-registry/`` and
-``images/ray/``. Images are cached artefacts shared by every lab on this
+Their build contexts are ``images/lab-base/``, ``images/lab-registry/``, ``images/lab-prometheus/``
+and ``images/ray/``. Images are cached artefacts shared by every lab on this
 machine: a build is skipped when its inputs did not change
 (:func:`images.build.docker_build`), and builds are serialised between labs.
 """
@@ -17,6 +17,7 @@ from cloud.lab.engine import docker, image_lock, inspect
 from cloud.lab.state import (
     BASE_IMAGE,
     DEBIAN_MIRROR,
+    PROMETHEUS_IMAGE,
     REGISTRY_IMAGE,
     ROOTFS_IMAGE,
     SSH_USER,
@@ -99,6 +100,7 @@ def ensure_images(log: Progress, ray_version: str) -> None:
             labels={"rayrig.lab.image": "registry"},
             base_image=BASE_IMAGE,
         )
+        build_prometheus(log)
         wheelhouse = build_wheelhouse(state_dir() / f"wheelhouse-{ray_version}", ray_version, progress=log)
         build_image(
             lab_image_tag(ray_version),
@@ -108,3 +110,17 @@ def ensure_images(log: Progress, ray_version: str) -> None:
             progress=log,
             labels={"rayrig.lab.image": "ray"},
         )
+
+
+def build_prometheus(log: Progress) -> str:
+    """Build (or find cached) the lab's Prometheus, Debian's package on the lab's host image
+    (``images/lab-prometheus``); return its ID. The deploy runs it on the lab's head as
+    ``monitoring_prometheus_image``, since the lab cannot pull Prometheus's own image."""
+    return docker_build(
+        PROMETHEUS_IMAGE,
+        context_files(context_dir("lab-prometheus")),
+        log,
+        build_args={"BASE": BASE_IMAGE},
+        labels={"rayrig.lab.image": "prometheus"},
+        base_image=BASE_IMAGE,
+    )

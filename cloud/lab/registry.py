@@ -17,7 +17,17 @@ from pathlib import Path
 from typing import Any
 
 from cloud.lab.engine import docker, ensure_running, ensure_volume, image_lock, inspect
-from cloud.lab.state import LAB_IMAGE_REPO, LAB_LABEL, REGISTRY_IMAGE, REGISTRY_PORT, LabError, lab_image_tag
+from cloud.lab.state import (
+    LAB_IMAGE_REPO,
+    LAB_LABEL,
+    PROMETHEUS_IMAGE,
+    PROMETHEUS_REPO,
+    PROMETHEUS_TAG,
+    REGISTRY_IMAGE,
+    REGISTRY_PORT,
+    LabError,
+    lab_image_tag,
+)
 from deploy.paths import state_dir
 from images.build import push_image
 from images.stream import Progress
@@ -122,12 +132,10 @@ def registry_manifest_config(registry: str, repo: str, tag: str) -> str | None:
         raise
 
 
-def ensure_pushed(state: dict[str, Any], ray_version: str, log: Progress) -> None:
-    """Push the lab image to the lab registry unless the registry already has this exact image."""
-    local_registry = state["registry_local"]
-    tag = lab_image_tag(ray_version)
+def _push_once(local_registry: str, tag: str, repo: str, version: str, log: Progress) -> str:
+    """Push the local image ``tag`` as ``repo:version`` unless the registry has this exact image; its ID."""
     image_id = inspect("image", tag)["Id"]  # type: ignore[index]
-    if registry_manifest_config(local_registry, LAB_IMAGE_REPO, ray_version) == image_id:
+    if registry_manifest_config(local_registry, repo, version) == image_id:
         log(f"registry: {tag} already there")
     else:
         remote = f"{local_registry}/{tag}"
@@ -136,4 +144,12 @@ def ensure_pushed(state: dict[str, Any], ray_version: str, log: Progress) -> Non
             push_image(remote, log)
         finally:
             docker("rmi", remote, check=False)  # only the extra tag: the image stays cached
+    return image_id
+
+
+def ensure_pushed(state: dict[str, Any], ray_version: str, log: Progress) -> None:
+    """Push the lab's Ray image and its Prometheus to the lab registry, unless it has these exact images."""
+    local_registry = state["registry_local"]
+    _push_once(local_registry, PROMETHEUS_IMAGE, PROMETHEUS_REPO, PROMETHEUS_TAG, log)
+    image_id = _push_once(local_registry, lab_image_tag(ray_version), LAB_IMAGE_REPO, ray_version, log)
     _save_registry_seed(f"{state['name']}-registry-data", image_id, log)

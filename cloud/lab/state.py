@@ -20,6 +20,10 @@ LAB_LABEL = "rayrig.lab"
 ROOTFS_IMAGE = "rayrig/lab-rootfs:bookworm"
 BASE_IMAGE = "rayrig/lab-base:bookworm"
 REGISTRY_IMAGE = "rayrig/lab-registry:bookworm"
+#: Prometheus from Debian's package (images/lab-prometheus), pushed to the lab's registry.
+PROMETHEUS_REPO = "rayrig/lab-prometheus"
+PROMETHEUS_TAG = "bookworm"
+PROMETHEUS_IMAGE = f"{PROMETHEUS_REPO}:{PROMETHEUS_TAG}"
 LAB_IMAGE_REPO = "rayrig/lab-ray"
 #: The mirror of debootstrap; images/lab-base/sources.list names the same.
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
@@ -173,6 +177,11 @@ def inventory_groups(state: dict[str, Any]) -> dict[str, list[tuple[str, dict[st
             # to a tenth of a CPU measures 3-12% and is still named.
             "checks_outlier_fraction": 0.3,
             "ray_cluster_name": state["name"],
+            # monitoring (server): the lab reaches no registry but its own, where its Prometheus (Debian's
+            # package) is; Grafana and NVIDIA's DCGM exporter cannot be fetched here (and no host has a GPU).
+            "monitoring_prometheus_image": f"{state['registry']}/{PROMETHEUS_IMAGE}",
+            "monitoring_grafana": False,
+            "monitoring_gpu_exporter": "none",
         }
         groups["heads" if host["role"] == "head" else "workers"].append((host["address"], data))
     return groups

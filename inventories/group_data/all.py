@@ -36,6 +36,8 @@ ray_ports = {  # every port Ray listens on, pinned so that firewalls and securit
     "metrics_export": 6383,  # Prometheus metrics, every node
     "worker_min": 10002,  # first port of the worker range, every node
     "worker_max": 10999,  # last port of the worker range, every node
+    "dashboard_metrics": 44227,  # the dashboard's Prometheus metrics, on the head (Ray's DASHBOARD_METRIC_PORT)
+    "autoscaler_metrics": 44217,  # the autoscaler's Prometheus metrics, on the head (Ray's AUTOSCALER_METRIC_PORT)
 }
 ray_env = {}  # environment of the ray-node container, e.g. {"NCCL_SOCKET_IFNAME": "eth0"}; not for secrets
 ray_env_secret = {}  # secret environment of ray-node (e.g. {"WANDB_API_KEY": ...}): a 0600 --env-file, never printed
@@ -98,6 +100,15 @@ storage_mountpoint_sha256 = {}  # "x86_64.deb"/"x86_64.rpm"/"arm64.deb"/"arm64.r
 base_extra_packages = []  # more OS packages to install on every host
 base_wait_timeout_s = 600  # how long to wait for cloud-init and package-manager locks on a fresh host
 
+# --- Monitoring -------------------------------------------------------------
+# monitoring (exporters): every exporter listens on the node's address, admitted from the members only.
+monitoring_enabled = True  # node and GPU exporters (and Prometheus, Grafana); False removes what rayrig installed
+monitoring_host = None  # inventory name or address of the host running Prometheus and Grafana; None: the head
+monitoring_ports = {"node_exporter": 9100, "gpu_exporter": 9400}  # node exporter (every host), GPU exporter (GPU hosts)
+monitoring_node_exporter_image = "quay.io/prometheus/node-exporter:v1.9.1"  # Amazon Linux 2023 (no package there)
+monitoring_gpu_exporter = "dcgm"  # GPU hosts' exporter: "dcgm" (NVIDIA's DCGM exporter container) or "none"
+monitoring_gpu_exporter_image = "nvcr.io/nvidia/k8s/dcgm-exporter:4.2.3-4.1.3-ubuntu22.04"  # through image_mirror too
+
 # --- Post-deploy checks ----------------------------------------------------
 checks_enabled = True  # run the checks (preflight, cluster state, benchmark) at the end of the deploy
 checks_mode = "auto"  # "auto": full checks only after a ray-node was created or replaced, else quick; "full"; "quick"
@@ -109,3 +120,15 @@ checks_timeout_s = 900  # the budget of the whole checks run (preflight, cluster
 checks_peer_timeout_factor = 3  # a node still running when the median node has finished this many times over is stopped
 checks_node_timeout_s = 300  # the longest one node's measurement may take, with or without peers to judge by
 checks_report_dir = "reports"  # where the JSON report and the plot are saved on the operator's machine
+checks_monitoring = True  # the full checks read Prometheus (targets up; XID, throttling, ECC) when monitoring is on
+checks_monitoring_window_s = 3600  # how far back the checks look in Prometheus for XID, throttling and ECC errors
+
+# --- Monitoring (the exporters' keys are above, after Ray's) -----------------
+# monitoring (server): Prometheus and Grafana on monitoring_host, in containers, on 127.0.0.1 only
+monitoring_prometheus_port = 9090  # Prometheus's port on the monitoring host's loopback (rayrig dashboard forwards it)
+monitoring_grafana_port = 3000  # Grafana's port on the monitoring host's loopback (rayrig dashboard forwards it)
+monitoring_prometheus_image = "quay.io/prometheus/prometheus:v3.5.0"  # Prometheus 3.5, an LTS line; pin a tag or digest
+monitoring_grafana = True  # run Grafana beside Prometheus; False: Prometheus only
+monitoring_grafana_image = "grafana/grafana:12.1.1"  # Grafana OSS; pin a tag or digest
+monitoring_retention_time = "15d"  # Prometheus keeps samples this long (--storage.tsdb.retention.time)
+monitoring_retention_size = "10GB"  # and at most this much on disk, oldest dropped first; None: no size limit

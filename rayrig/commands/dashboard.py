@@ -1,4 +1,5 @@
-"""``rayrig dashboard INVENTORY``: open an SSH tunnel to the head's dashboard and say how to use it.
+"""``rayrig dashboard INVENTORY``: open an SSH tunnel to the head's dashboard (and, with monitoring on,
+Prometheus and Grafana) and say how to use it.
 
 Exit codes: 0 closed with Ctrl-C, 1 the tunnel did not open or ssh ended it (the message has ssh's
 words), 2 bad usage (no such inventory file).
@@ -15,7 +16,8 @@ from rayrig.inventory import load_inventory
 
 def _cmd_dashboard(args: argparse.Namespace) -> int:
     """0 after Ctrl-C; 1 when the tunnel cannot be opened or ssh ends it (ssh's words); 2 no such inventory file."""
-    plan = dashboard.tunnel_plan(load_inventory(args.inventory))
+    local_ports = {"Prometheus": args.local_prometheus_port, "Grafana": args.local_grafana_port}
+    plan = dashboard.tunnel_plan(load_inventory(args.inventory), local_ports)
     local_port = args.local_port or plan.remote_port
     if args.print_command:
         print(shlex.join(dashboard.ssh_command(plan, local_port)))
@@ -50,5 +52,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--local-port", type=_port, default=None, help="port on this machine (default: the dashboard's port)"
     )
+    parser.add_argument(
+        "--local-prometheus-port", type=_port, default=None,
+        help="port on this machine for Prometheus, with monitoring on (default: its own, monitoring_prometheus_port)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--local-grafana-port", type=_port, default=None,
+        help="port on this machine for Grafana, with monitoring on (default: its own, monitoring_grafana_port)",
+    )  # fmt: skip
     parser.add_argument("--print-command", action="store_true", help="print the ssh command instead of running it")
     parser.set_defaults(func=_cmd_dashboard)

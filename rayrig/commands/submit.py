@@ -74,7 +74,7 @@ def _cmd_submit(args: argparse.Namespace) -> int:
 
 
 def _submit(args: argparse.Namespace, command: list[str], runtime: dict) -> int:
-    plan = dashboard.tunnel_plan(load_inventory(args.inventory))
+    plan = dashboard.tunnel_plan(load_inventory(args.inventory), monitoring=False)  # the job API only
     headers = jobs.auth_headers(plan.token_file)
     with dashboard.open_tunnel(plan, dashboard.free_port()) as tunnel:
         try:

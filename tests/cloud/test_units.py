@@ -111,8 +111,28 @@ def test_wait_for_ssh_gives_up_after_the_timeout(closed_port: int, monkeypatch: 
 
 
 def test_ray_ports_come_from_the_defaults() -> None:
-    assert ray_ports() == defaults()["ray_ports"]
+    assert ray_ports() == {**defaults()["ray_ports"], **defaults()["monitoring_ports"]}
     assert ray_ports({"ray_ports": {"gcs": 7000}})["gcs"] == 7000  # a spec's host_data overrides a port
+
+
+def test_the_members_ports_are_the_firewalls_single_list() -> None:
+    """The security group guards exactly the ports the host firewall admits from the members only:
+    Ray's (its metrics ports included) and the exporters' while monitoring is on."""
+    ports = ray_ports()
+    assert {ports[k] for k in ("metrics_export", "dashboard_metrics", "autoscaler_metrics")} == {6383, 44227, 44217}
+    assert {ports["node_exporter"], ports["gpu_exporter"]} == {9100, 9400}
+    assert ray_ports({"monitoring_ports": {"node_exporter": 9200}})["node_exporter"] == 9200
+    assert "node_exporter" not in ray_ports({"monitoring_enabled": False})
+    assert "gpu_exporter" not in ray_ports({"monitoring_gpu_exporter": "none"})
+
+
+def test_exposed_ray_ports_flags_address_ranges_reaching_a_metrics_port() -> None:
+    ports = ray_ports()
+    for port in (9100, 9400, 6383, 44217, 44227):
+        rule = Rule("ingress", "tcp", port, port, "cidr", "203.0.113.0/24")
+        [problem] = exposed_ray_ports({rule}, ports)
+        assert problem.startswith(f"ingress tcp {port}-{port} from 203.0.113.0/24 reaches Ray or metrics port(s) ")
+    assert exposed_ray_ports({Rule("ingress", "tcp", 9100, 9100, "sg", "sg-1")}, ports) == []
 
 
 def test_exposed_ray_ports_flags_address_ranges_only() -> None:
@@ -124,9 +144,9 @@ def test_exposed_ray_ports_flags_address_ranges_only() -> None:
     }
     assert exposed_ray_ports(rules, ports) == []
     assert exposed_ray_ports({Rule("ingress", "tcp", 6000, 6500, "cidr", "0.0.0.0/0")}, ports) == [
-        "ingress tcp 6000-6500 from 0.0.0.0/0 reaches Ray port(s) 6379-6383"
+        "ingress tcp 6000-6500 from 0.0.0.0/0 reaches Ray or metrics port(s) 6379-6383"
     ]
-    assert len(exposed_ray_ports({Rule("ingress", "-1", None, None, "cidr6", "::/0")}, ports)) == 4
+    assert len(exposed_ray_ports({Rule("ingress", "-1", None, None, "cidr6", "::/0")}, ports)) == 6
 
 
 def test_rules_round_trip_through_ip_permissions() -> None:

@@ -122,6 +122,7 @@ def test_the_deploy_ends_with_the_wall_time_of_each_phase_and_its_slowest_host(d
     assert output.index("--> Post-deploy checks skipped") < output.index(PHASE_HEADER) < output.index("--> Results:")
     rows = phase_table(output)
     expected = ["facts and plan", "base packages", "Docker", "image pull", "NVIDIA", "firewall", "Ray start"]
+    expected.append("monitoring")
     assert list(rows) == [*expected, "total"], rows  # the fakes' operations are instant: no "other"
     assert rows["facts and plan"] is None and rows["total"] is None
     assert rows["NVIDIA"] == "@fake/worker-1"  # the only GPU host
@@ -134,7 +135,7 @@ def test_with_the_checks_off_the_table_ends_the_last_operation():
     assert "Post-deploy checks" not in output
     assert output.count("--> Phase timings") == 1
     assert output.index("Cluster membership | Record the cluster's members") < output.index(PHASE_HEADER)
-    assert list(phase_table(output))[-2:] == ["Ray start", "total"]
+    assert list(phase_table(output))[-3:] == ["Ray start", "monitoring", "total"]
 
 
 def test_a_deploy_that_stops_early_still_says_where_its_time_went(tmp_path):

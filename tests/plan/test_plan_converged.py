@@ -74,13 +74,27 @@ def test_changed_head_address_replaces_every_container():
     for name in (GPU_WORKER, CPU_WORKER):
         assert "--address=10.0.1.1:6379" in run[name].docker_create()
     for host in run.hosts.values():
-        # Nothing else moves, but the firewall (it admits the head's new address instead of the old one)
-        # and the record of the members.
-        moved = ("Ray node", "Firewall", "Cluster membership")
+        # Nothing else moves, but the firewall (it admits the head's new address instead of the old one),
+        # the record of the members, on the head Prometheus's targets (reloaded, not restarted) and the
+        # head's node exporter, which listens on its address.
+        moved = (
+            "Ray node",
+            "Firewall",
+            "Cluster membership",
+            "Monitoring server",
+            *(("Monitoring exporters",) if host.name == HEAD else ()),
+        )
         assert not [op.name for op in host.changes if not op.name.startswith(moved)]
+        assert (
+            not host.has_op("Keep the rayrig-prometheus service")
+            or not host.op("Keep the rayrig-prometheus service").changed
+        )
         lines = {line.strip().rstrip(",") for line in host.uploads["/etc/rayrig/firewall.nft"].splitlines()}
         assert "10.0.1.1" in lines and "10.0.0.1" not in lines
         assert not any(c.startswith(("apt-get", "dnf", "docker pull")) for c in host.commands)
+    drop_in = run[HEAD].uploads["/etc/systemd/system/prometheus-node-exporter.service.d/rayrig.conf"]
+    assert "--web.listen-address=10.0.1.1:9100" in drop_in
+    assert run[HEAD].has_op("Restart prometheus-node-exporter with rayrig's flags")
 
 
 @pytest.mark.parametrize(

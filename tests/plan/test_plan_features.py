@@ -30,9 +30,7 @@ def test_pull_always_pulls_a_present_image_and_changes_nothing_else():
             "Ray image | Wait for the pull of rayproject/ray:2.60.0-py311-gpu",
         ]
         assert all(op.startswith("Ray node | ") for op in run.changed_hosts[name][3:])
-        assert run[name].op("Pull ").commands == [
-            start_pull_command(IMAGE, IMAGE, 3600, with_auth=False)
-        ]
+        assert run[name].op("Pull ").commands == [start_pull_command(IMAGE, IMAGE, 3600, with_auth=False)]
         assert not any(c.startswith(("apt-get", "dnf", "systemctl restart")) for c in run[name].commands)
 
 

@@ -4,6 +4,7 @@ firewalld; and everything taken away when the firewall is switched off."""
 
 from __future__ import annotations
 
+import re
 import shlex
 import socket
 
@@ -245,9 +246,14 @@ def test_turning_the_firewall_off_removes_it(os_name):
         assert host.op("Remove rayrig's nftables ruleset").commands == [f"rm -f {RULESET}"]
         assert not any("apt-get" in c or "dnf" in c for c in host.commands)  # nftables itself stays
     assert set(run.changed_hosts) == set(ALL)
-    # Beside the firewall, only the ray-node unit moves: it no longer waits for rayrig's table.
+    # Beside the firewall, only the units move: they no longer wait for rayrig's table. The exporters,
+    # whose flags stay, are not restarted.
     others = {n for names in run.changed_hosts.values() for n in names if not n.startswith("Firewall |")}
-    assert others == {"Ray node | Install the ray-node systemd unit", "Ray node | Reload systemd units"}
+    exporters = {n for n in others if n.startswith("Monitoring exporters |")}
+    assert others - exporters == {"Ray node | Install the ray-node systemd unit", "Ray node | Reload systemd units"}
+    assert exporters and all(
+        re.search(r"\| (Install the .* unit|Make .* listen|Reload systemd units)", n) for n in exporters
+    )
     for name in ALL:
         unit = run[name].uploads["/etc/systemd/system/ray-node.service"]
         assert "rayrig-firewall.service" not in unit and "nft list table" not in unit

@@ -33,8 +33,6 @@ def changed(name: str, **data) -> HostRun:
     return run_deploy(with_data(reference_cluster("ubuntu22", "converged"), name, **data))[name]
 
 
-
-
 @pytest.mark.parametrize("name,data,step,_value", CHANGES, ids=["worker", "head"])
 def test_the_previous_is_stopped_and_kept_before_the_create_and_removed_only_after_the_join(
     tmp_path, name, data, step, _value

@@ -115,6 +115,7 @@ def test_no_command_uses_a_fixed_path_in_tmp():
         cluster.cluster_state_command("ray-node", ["10.0.0.1"], workdir=D),
         cluster.storage_command("ray-node", [], workdir=D),
         cluster.benchmark_command("ray-node", settings, {}, ["10.0.0.1"], DIRS),
+        cluster.monitoring_command("ray-node", {"url": "http://127.0.0.1:9090"}, workdir=D, limit_s=60),
     ]
     for command in commands:
         assert "/tmp" not in command.replace(H, "").replace(D, ""), command
@@ -186,6 +187,7 @@ class FakeNode:
     @staticmethod
     def kind(command: str) -> str:
         for word, kind in (("checks.cluster_state", "cluster_state"), ("checks.storage_probe", "storage"),
+                           ("checks.monitoring", "monitoring"),
                            ("checks.benchmark", "benchmark"), ("tar -xzf", "install"),
                            ("NVRM: Xid", "gpu_health"), ("sh -c", "probe"),
                            ("mktemp", "workdir"), ("rm -rf", "cleanup")):  # fmt: skip
@@ -235,7 +237,18 @@ def alive(*ips: str, **total: float) -> tuple[bool, list[str]]:
 
 
 def settings(tmp_path: Path, **data: Any) -> dict[str, Any]:
-    return merge({"ray_num_gpus": 0, "checks_report_dir": str(tmp_path), "ray_cluster_name": "lab", **data})
+    """Monitoring off unless a test turns it on: the runs with it on are below, its reading is
+    tests/unit/test_checks_monitoring.py's."""
+    return merge({"ray_num_gpus": 0, "checks_report_dir": str(tmp_path), "ray_cluster_name": "lab",
+                  "monitoring_enabled": False, **data})  # fmt: skip
+
+
+def watched(*rows: tuple[str, str, str]) -> tuple[bool, list[str]]:
+    """What ``python -m checks.monitoring`` prints: targets (host, job, health), no finding but their own."""
+    targets = [{"host": h, "job": j, "health": health, "instance": f"{h}:1", "error": None} for h, j, health in rows]
+    found = [Reason(FAIL, f"{j} down", host=h).as_dict() for h, j, health in rows if health != "up"]
+    return result_line({"prometheus": "http://127.0.0.1:9090", "host": "head", "window_s": 3600,
+                        "targets": targets, "exported": None, "findings": found, "error": None})  # fmt: skip
 
 
 def run(nodes: list[Node], settings_by_name: dict[str, Any], gpus: dict[str, Any]) -> tuple[Any, list[str]]:
@@ -253,20 +266,23 @@ def test_a_healthy_cluster_passes_in_order_and_the_report_is_saved(tmp_path):
         "probe": RUNNING,
         "cluster_state": alive(HEAD_IP, WORKER_IP),
         "storage": result_line({"alive": [HEAD_IP, WORKER_IP], "mounts": [mount]}),
+        "monitoring": watched(("head", "node", "up"), ("head", "ray", "up"), ("w1", "node", "up"), ("w1", "ray", "up")),
     }
     head = FakeNode("head", HEAD_IP, answers, report=BENCH)
     worker = FakeNode("w1", WORKER_IP, {"probe": RUNNING})
-    every = {"head": settings(tmp_path, **share), "w1": settings(tmp_path, **share)}
+    every = {name: settings(tmp_path, **share, monitoring_enabled=True) for name in ("head", "w1")}
 
     outcome, said = run([head, worker], every, {"head": NO_GPUS, "w1": NO_GPUS})
 
     assert outcome.verdict.status == "PASS", outcome.verdict.as_dict()
     assert said == [
-        "--> Running the post-deploy checks (preflight, cluster state, shared storage, benchmark)",
+        "--> Running the post-deploy checks (preflight, cluster state, shared storage, monitoring, benchmark)",
         "--> Shared storage: a round trip through 1 mount(s) on every node",
+        "--> Monitoring: Prometheus on head: every host's targets, GPU errors in the last 1 h",
     ]
     steps = [kind for kind, _ in head.calls]
-    assert steps == ["probe", "workdir", "put", "install", "cluster_state", "storage", "benchmark", "get", "cleanup"]
+    assert steps == ["probe", "workdir", "put", "install", "cluster_state", "storage", "monitoring", "benchmark",
+                     "get", "cleanup"]  # fmt: skip
     assert [kind for kind, _ in worker.calls] == ["probe"]
     assert head.printed == ["benchmark"]  # its progress streams to the operator
     assert list(head.files) == [f"{H}/checks.tgz"]  # the package goes over once, into this run's directory
@@ -284,10 +300,88 @@ def test_a_healthy_cluster_passes_in_order_and_the_report_is_saved(tmp_path):
     assert saved["verdict"]["status"] == "PASS" and saved["verdict"]["thresholds"]["outlier_fraction"] == 0.9
     assert saved["devices"] == BENCH["devices"]
     assert saved["budget"]["total_s"] == 900 and 0 <= saved["budget"]["spent_s"] < 5
-    assert set(saved["budget"]["by_part"]) == {"preflight", "cluster_state", "storage", "benchmark"}
+    assert set(saved["budget"]["by_part"]) == {"preflight", "cluster_state", "storage", "monitoring", "benchmark"}
+    assert saved["monitoring"]["prometheus"] == "http://127.0.0.1:9090" and len(saved["monitoring"]["targets"]) == 4
     assert all(seconds is not None for seconds in saved["budget"]["by_part"].values())
     assert outcome.plot_path is None or outcome.plot_path.exists()
     assert report.latest_checks("lab", tmp_path).startswith("==> checks: PASS; report ")
+
+
+def test_the_monitoring_command_is_bounded_and_carries_its_config_as_json():
+    command = cluster.monitoring_command("ray node", {"url": "http://127.0.0.1:9090", "host": "it's"}, workdir=D,
+                                         limit_s=165)  # fmt: skip
+    args = shlex.split(command)
+    assert args[:4] == ["timeout", "-k", "5", "165"]
+    assert args[4:12] == ["docker", "exec", "--workdir", D, "ray node", "python", "-m", "checks.monitoring"]
+    assert json.loads(args[12]) == {"url": "http://127.0.0.1:9090", "host": "it's"}
+
+
+def test_a_node_exporter_prometheus_finds_down_fails_the_run_naming_the_host(tmp_path):
+    answers = {"probe": RUNNING, "cluster_state": alive(HEAD_IP, WORKER_IP),
+               "monitoring": watched(("head", "node", "up"), ("w1", "node", "down"))}  # fmt: skip
+    head = FakeNode("head", HEAD_IP, answers, report=BENCH)
+    worker = FakeNode("w1", WORKER_IP, {"probe": RUNNING})
+    every = {name: settings(tmp_path, monitoring_enabled=True) for name in ("head", "w1")}
+
+    outcome, _said = run([head, worker], every, {"head": NO_GPUS, "w1": NO_GPUS})
+
+    assert outcome.verdict.status == FAIL
+    assert [(r.host, r.message) for r in outcome.verdict.reasons if r.level == FAIL] == [("w1", "node down")]
+    text = report.render(outcome.result, outcome.verdict)
+    assert "Monitoring: Prometheus on head (http://127.0.0.1:9090): 1 of 2 targets up" in text
+    assert "  FAIL  w1: node down" in text
+    config = json.loads(shlex.split(dict(head.calls)["monitoring"])[12])
+    assert config["hosts"] == [{"name": "head", "address": HEAD_IP, "jobs": ["node", "ray"]},
+                               {"name": "w1", "address": WORKER_IP, "jobs": ["node", "ray"]}]  # fmt: skip
+    assert config["url"] == "http://127.0.0.1:9090" and config["window_s"] == 3600
+
+
+def test_prometheus_on_another_host_is_read_there_from_a_copy_of_its_own(tmp_path):
+    head = FakeNode("head", HEAD_IP, {"probe": RUNNING, "cluster_state": alive(HEAD_IP, WORKER_IP)}, report=BENCH)
+    worker = FakeNode("w1", WORKER_IP, {"probe": RUNNING, "monitoring": watched(("w1", "node", "up"))})
+    data = {"monitoring_enabled": True, "monitoring_host": WORKER_IP, "monitoring_prometheus_port": 19090}
+    every = {name: settings(tmp_path, **data) for name in ("head", "w1")}
+
+    outcome, said = run([head, worker], every, {"head": NO_GPUS, "w1": NO_GPUS})
+
+    assert outcome.verdict.status == "PASS", outcome.verdict.as_dict()
+    assert "monitoring" not in [kind for kind, _ in head.calls]
+    assert [kind for kind, _ in worker.calls] == ["probe", "workdir", "put", "install", "monitoring", "cleanup"]
+    assert "http://127.0.0.1:19090" in dict(worker.calls)["monitoring"]
+    assert "--> Monitoring: Prometheus on w1: every host's targets, GPU errors in the last 1 h" in said
+
+
+@pytest.mark.parametrize(
+    ("data", "why"),
+    [({"monitoring_enabled": False}, "monitoring is off (monitoring_enabled = False)"),
+     ({"monitoring_enabled": True, "checks_monitoring": False}, "checks_monitoring = False")],
+)  # fmt: skip
+def test_monitoring_off_is_not_read_and_the_report_says_so(tmp_path, data, why):
+    head = FakeNode("head", HEAD_IP, {"probe": RUNNING, "cluster_state": alive(HEAD_IP)}, report=BENCH)
+    outcome, _said = run([head], {"head": settings(tmp_path, **data)}, {"head": NO_GPUS})
+    assert "monitoring" not in [kind for kind, _ in head.calls]
+    assert outcome.result["monitoring"] == {"skipped": why}
+    assert f"monitoring: not read: {why}" in report.render(outcome.result, outcome.verdict)
+    assert outcome.verdict.status == "PASS"
+
+
+def test_no_result_from_the_monitoring_program_fails_saying_so(tmp_path):
+    head = FakeNode("head", HEAD_IP, {"probe": RUNNING, "cluster_state": alive(HEAD_IP), "monitoring": (False, [])},
+                    report=BENCH)  # fmt: skip
+    outcome, _said = run([head], {"head": settings(tmp_path, monitoring_enabled=True)}, {"head": NO_GPUS})
+    [reason] = [r for r in outcome.verdict.reasons if r.level == FAIL]
+    assert reason.message.startswith("monitoring: no result from head's ray-node container (timed out after ")
+
+
+def test_a_monitoring_host_outside_the_inventory_fails_without_reading(tmp_path):
+    head = FakeNode("head", HEAD_IP, {"probe": RUNNING, "cluster_state": alive(HEAD_IP)}, report=BENCH)
+    every = {"head": settings(tmp_path, monitoring_enabled=True, monitoring_host="gone")}
+    outcome, _said = run([head], every, {"head": NO_GPUS})
+    assert "monitoring" not in [kind for kind, _ in head.calls]
+    assert [r.message for r in outcome.verdict.reasons if r.level == FAIL] == [
+        "monitoring_host = 'gone' is neither the name nor the address of a host of this inventory: "
+        "Prometheus not read"
+    ]
 
 
 def test_a_host_outside_the_run_and_a_head_that_answers_nothing(tmp_path):
@@ -326,7 +420,7 @@ def test_detected_gpus_stand_for_auto_in_the_cluster_totals(tmp_path):
     found = [(r.level, r.message) for r in outcome.verdict.reasons]
     assert (INFO, "4 x NVIDIA L4, driver 550") in found
     assert (FAIL, "cluster total GPU is 0, the inventory declares 4") in found
-    assert "_ ray-node 4 0;" in dict(worker.calls)["probe"]  # the container side knows the GPU count
+    assert "_ ray-node 4 0 60;" in dict(worker.calls)["probe"]  # the container side knows the GPU count
 
 
 @pytest.mark.parametrize(
@@ -528,6 +622,30 @@ def test_parts_with_no_budget_left_are_not_run_and_say_so(tmp_path, monkeypatch,
     assert saved["budget"]["by_part"]["benchmark"] is None
     assert saved["budget"]["spent_s"] >= 895
     assert outcome.verdict.status == FAIL
+
+
+@pytest.mark.parametrize(
+    ("spent_after", "not_run", "ran"),
+    [("cluster_state", ["monitoring", "benchmark"], ["cluster_state"]),
+     ("monitoring", ["benchmark"], ["cluster_state", "monitoring"])],
+)  # fmt: skip
+def test_monitoring_is_a_part_of_the_budget_like_the_others(tmp_path, monkeypatch, spent_after, not_run, ran):
+    _budget_spent_after(monkeypatch, spent_after)
+
+    class Head(FakeNode):
+        def run(self, command: str, print_output: bool = False) -> tuple[bool, list[str]]:
+            return self.run_head(command, print_output)  # type: ignore[attr-defined]
+
+    answers = {"probe": RUNNING, "cluster_state": alive(HEAD_IP), "monitoring": watched(("head", "node", "up"))}
+    head = Head("head", HEAD_IP, answers, report=BENCH)
+    outcome, _ = run([head], {"head": settings(tmp_path, monitoring_enabled=True)}, {"head": NO_GPUS})
+
+    kinds = [kind for kind, _ in head.calls]
+    assert [k for k in ("cluster_state", "monitoring", "benchmark") if k in kinds] == ran
+    budget_fails = [r.message for r in outcome.verdict.reasons if "ran out" in r.message]
+    assert [m.split(":")[0] for m in budget_fails] == not_run
+    by_part = json.loads(outcome.json_path.read_text())["budget"]["by_part"]
+    assert (by_part["monitoring"] is None) == ("monitoring" in not_run)
 
 
 @pytest.mark.parametrize("status", [124, 137])

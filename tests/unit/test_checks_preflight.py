@@ -41,7 +41,7 @@ def test_parse_probe_reads_the_keys():
 def test_the_probe_takes_the_container_and_the_counts_as_arguments(tmp_path):
     command = preflight.probe_command("ray node;x", gpus(8, nvswitches=4))
     args = shlex.split(command)
-    assert args[:2] == ["sh", "-c"] and args[3:] == ["_", "ray node;x", "8", "4"]
+    assert args[:2] == ["sh", "-c"] and args[3:] == ["_", "ray node;x", "8", "4", "0"]
     # a docker that shows its arguments and sees one GPU, a systemctl that says "active"
     calls = tmp_path / "calls"
     stubs = {"docker": f"printf '%s|' docker \"$@\" >> {calls}; echo >> {calls}; echo 'GPU 0: stub'",
@@ -147,6 +147,45 @@ def test_the_probe_reads_rays_version_from_its_metadata_without_importing_ray(tm
     done = subprocess.run(preflight.probe_command("c", gpus()), shell=True, capture_output=True, text=True, env=env)
     assert preflight.parse_probe(done.stdout.splitlines())["ray_version"] == "2.60.0"
     assert "import ray" not in preflight.PROBE_SCRIPT
+
+
+def restarting_node(tmp_path, unit: str, running_after: int) -> dict:
+    """A docker whose container runs from its ``running_after``-th inspection on, and a systemctl
+    that says ``unit`` for the container's unit: the probe's lines, and how long it took."""
+    count = tmp_path / "inspections"
+    docker = (f'if [ "$1" = inspect ]; then n=$(($(cat {count} 2>/dev/null || echo 0)+1)); echo $n > {count}; '
+              f'[ $n -ge {running_after} ] && echo true || echo false; else echo 2.60.0; fi')  # fmt: skip
+    for name, body in {"docker": docker, "systemctl": f"echo {unit}", "sleep": "exit 0"}.items():
+        (tmp_path / name).write_text(f"#!/bin/sh\n{body}\n")
+        (tmp_path / name).chmod(0o755)
+    command = preflight.probe_command("ray-node", gpus(), timeout_s=60, start_wait_s=30)
+    done = subprocess.run(
+        command, shell=True, capture_output=True, text=True, env={"PATH": f"{tmp_path}:/usr/bin:/bin"}
+    )
+    return preflight.parse_probe(done.stdout.splitlines())
+
+
+def test_a_container_its_unit_is_starting_again_is_waited_for(tmp_path):
+    found = restarting_node(tmp_path, "activating", running_after=3)  # after a head replacement, say
+    assert (found["running"], found["start_waited"]) == ("true", "4")
+
+
+def test_a_container_whose_unit_is_stopped_is_not_waited_for(tmp_path):
+    found = restarting_node(tmp_path, "inactive", running_after=3)
+    assert found["running"] == "false" and "start_waited" not in found
+
+
+def test_a_container_that_does_not_come_back_is_waited_for_only_so_long(tmp_path):
+    found = restarting_node(tmp_path, "activating", running_after=1000)
+    assert (found["running"], found["start_waited"]) == ("false", "30")
+
+
+def test_check_node_says_the_container_was_started_again():
+    node = Node(["START_WAITED=6", "RUNNING=true", "RAY_VERSION=2.60.0", "SHM_KB=1048576", "PROBE_EXIT=0"])
+    found, reasons = preflight.check_node(node, "ray-node", merge({}), gpus(), cap_s=120)
+    assert found["start_waited_s"] == 6 and "start_waited" not in found
+    assert (INFO, "the ray-node container was being started again by its unit; running after 6 s") in levels(reasons)
+    assert node.commands[0].endswith(f" _ ray-node 0 0 {preflight.MAX_START_WAIT_S}; echo PROBE_EXIT=$?")
 
 
 def test_a_probe_that_hangs_is_stopped_and_says_so(tmp_path):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import socket
 import subprocess
 from pathlib import Path
 
@@ -35,7 +36,9 @@ def test_the_tunnel_goes_to_the_heads_loopback_dashboard_with_the_inventorys_ssh
     plan = plan_of([WORKER, HEAD])
     assert dashboard.ssh_command(plan, 18265) == [
         "ssh", "-N", "-o", "ExitOnForwardFailure=yes", "-o", "ServerAliveInterval=30",
-        "-L", "127.0.0.1:18265:127.0.0.1:8265", "-i", "/keys/id", "-o", "IdentitiesOnly=yes",
+        "-L", "127.0.0.1:18265:127.0.0.1:8265",
+        "-L", "127.0.0.1:9090:127.0.0.1:9090", "-L", "127.0.0.1:3000:127.0.0.1:3000",  # Prometheus, Grafana
+        "-i", "/keys/id", "-o", "IdentitiesOnly=yes",
         "-o", "StrictHostKeyChecking=accept-new", "-p", "2222", "-l", "root", "--", "10.0.0.1",
     ]  # fmt: skip
     assert plan.destination == "root@10.0.0.1"
@@ -81,7 +84,8 @@ def test_an_inventory_that_yields_no_host_is_a_usage_error(tmp_path, capsys):
 def test_print_command_loads_the_inventory_through_pyinfra(capsys):
     assert main(["dashboard", "tests/plan/fake_inventory.py", "--print-command", "--local-port", "18000"]) == 0
     printed = capsys.readouterr().out.strip()
-    assert printed.endswith("-L 127.0.0.1:18000:127.0.0.1:8265 -o StrictHostKeyChecking=accept-new -- @fake/head")
+    assert printed.endswith("-L 127.0.0.1:18000:127.0.0.1:8265 -L 127.0.0.1:9090:127.0.0.1:9090 "
+                            "-L 127.0.0.1:3000:127.0.0.1:3000 -o StrictHostKeyChecking=accept-new -- @fake/head")
 
 
 # --- How ssh reaches the head: pyinfra's ssh_* data, a bastion through ssh_config_file -----------------
@@ -219,3 +223,75 @@ def test_the_banner_says_when_this_machine_has_no_copy_of_the_token_yet(state):
     assert "which this machine has no copy of yet" in dashboard.banner(plan, 8265)
     auth.ensure_token(settings.merge({}))
     assert "which this machine has no copy of yet" not in dashboard.banner(plan, 8265)
+
+
+# --- Prometheus and Grafana of the monitoring host ---------------------------------------------------------------
+
+
+def with_data(host: dict, **data: object) -> dict:
+    return {**host, "data": {**host["data"], **data}}
+
+
+def test_prometheus_and_grafana_on_the_head_go_through_the_same_ssh_and_the_banner_names_them():
+    plan = plan_of([with_data(HEAD, monitoring_prometheus_port=9091, monitoring_grafana_port=3001), WORKER])
+    command = dashboard.ssh_command(plan, 8265)
+    assert command.count("-L") == 3 and command[0] == "ssh"  # one ssh process
+    assert command[command.index("-L", 8) : command.index("-L", 8) + 4] == [
+        "-L", "127.0.0.1:9091:127.0.0.1:9091", "-L", "127.0.0.1:3001:127.0.0.1:3001"]  # fmt: skip
+    lines = dashboard.banner(plan, 8265).splitlines()
+    assert lines[0] == 'Dashboard of cluster "cluster": http://127.0.0.1:8265'
+    assert "Prometheus: http://127.0.0.1:9091" in lines and "Grafana: http://127.0.0.1:3001" in lines
+    tunnel = "The tunnel runs over SSH to root@10.0.0.1 until Ctrl-C."
+    assert lines.index("Grafana: http://127.0.0.1:3001") < lines.index(tunnel)
+
+
+def test_without_grafana_only_prometheus_is_forwarded_and_without_monitoring_neither():
+    plan = plan_of([with_data(HEAD, monitoring_grafana=False)])
+    assert [f.name for f in plan.forwards] == ["Prometheus"]
+    assert "Grafana" not in dashboard.banner(plan, 8265) and "127.0.0.1:3000:" not in " ".join(
+        dashboard.ssh_command(plan, 8265))  # fmt: skip
+    off = plan_of([with_data(HEAD, monitoring_enabled=False)])
+    assert off.forwards == () and dashboard.ssh_command(off, 8265).count("-L") == 1
+    assert "Prometheus" not in dashboard.banner(off, 8265)
+
+
+def test_local_ports_of_their_own_for_prometheus_and_grafana(capsys):
+    argv = ["dashboard", "tests/plan/fake_inventory.py", "--print-command", "--local-prometheus-port", "19090",
+            "--local-grafana-port", "13000"]  # fmt: skip
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "-L 127.0.0.1:19090:127.0.0.1:9090 -L 127.0.0.1:13000:127.0.0.1:3000 " in printed
+
+
+def test_a_local_prometheus_port_in_use_is_an_error_naming_the_option_before_ssh_starts():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        plan = dashboard.tunnel_plan(inventory_of("inventories/test.py", [HEAD]), {"Prometheus": port})
+        with pytest.raises(dashboard.DashboardError) as error:
+            dashboard.open_tunnel(plan, dashboard.free_port())
+    assert str(error.value) == (
+        f"127.0.0.1:{port} (Prometheus) is already in use here: choose another with --local-prometheus-port"
+    )
+
+
+def test_prometheus_on_another_host_is_not_forwarded_through_the_head_and_the_banner_says_how():
+    monitor = {"name": "10.0.0.9", "data": {"ray_role": "worker", "ssh_user": "ops", "ssh_port": 2200}}
+    plan = plan_of([with_data(HEAD, monitoring_host="10.0.0.9"), with_data(monitor, monitoring_host="10.0.0.9")])
+    assert plan.forwards == () and dashboard.ssh_command(plan, 8265).count("-L") == 1
+    text = dashboard.banner(plan, 8265)
+    assert "Prometheus and Grafana run on another host; forward them with: ssh -N " in text
+    assert ("-L 127.0.0.1:9090:127.0.0.1:9090 -L 127.0.0.1:3000:127.0.0.1:3000 -o StrictHostKeyChecking=accept-new "
+            "-p 2200 -l ops -- 10.0.0.9") in text  # fmt: skip
+
+
+def test_a_monitoring_host_that_is_not_in_the_inventory_is_an_error_naming_it():
+    with pytest.raises(OperateError, match="monitoring_host = 'gone': expected the name or address of a present host"):
+        plan_of([with_data(HEAD, monitoring_host="gone")])
+
+
+def test_the_tunnel_of_rayrig_submit_is_the_dashboards_alone():
+    plan = dashboard.tunnel_plan(inventory_of("inventories/test.py", [HEAD]), monitoring=False)
+    assert plan.forwards == () and plan.elsewhere == ()
+    assert dashboard.ssh_command(plan, 8265).count("-L") == 1

@@ -42,11 +42,13 @@ from deploy.firewall import (
     unit_text,
 )
 from deploy.firewall_members import InvalidMemberCidr, member_cidrs
-from deploy.ports import port_ranges
+from deploy.ports import member_ports, port_ranges
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "firewall"
 UPDATE = os.environ.get("RAYRIG_UPDATE_GOLDEN") == "1"
 PORTS = settings.defaults()["ray_ports"]
+#: What the deploy opens to the members by default: Ray's ports and the exporters' (monitoring_ports).
+MEMBER_PORTS = member_ports(settings.defaults())
 SOURCE = "198.51.100.7"
 
 #: Custom ports, all away from the defaults, for the one-node cluster.
@@ -58,7 +60,11 @@ CUSTOM_PORTS = {
 
 SCENARIOS = {
     # The default data on a head and two workers, deployed over SSH from SOURCE.
-    "default-3-node": {"ray_ports": PORTS, "members": ["10.0.0.1", "10.0.0.2", "10.0.0.3"], "deploy_source": SOURCE},
+    "default-3-node": {
+        "ray_ports": MEMBER_PORTS,
+        "members": ["10.0.0.1", "10.0.0.2", "10.0.0.3"],
+        "deploy_source": SOURCE,
+    },
     # Admins given (one of them already holds the deploy's address), more ports open,
     # the dashboard on every interface, sshd on two ports.
     "admins-extra-dashboard": {
@@ -83,9 +89,9 @@ SCENARIOS = {
         "deploy_source": SOURCE,
         "nfs_server": True,
     },
-    # Members reach Ray's ports and nothing else (firewall_members_all_ports = False).
+    # Members reach Ray's ports and the exporters' and nothing else (firewall_members_all_ports = False).
     "ray-ports-only": {
-        "ray_ports": PORTS,
+        "ray_ports": MEMBER_PORTS,
         "members": ["10.0.0.1", "10.0.0.2", "10.0.0.3"],
         "deploy_source": SOURCE,
         "members_all_ports": False,
@@ -207,9 +213,12 @@ def test_default_ruleset_drops_by_default_and_keeps_ssh_and_replies():
 
 
 def test_every_ray_port_is_open_to_the_members_only():
+    """Ray's ports, its metrics ports and the exporters' (they answer anyone who asks) are in the
+    members' set, and no rule opens any of them to anyone else."""
     text = rendered("default-3-node")
     elements = set_elements(text, "ray_ports")
-    singles = {str(p) for name, p in PORTS.items() if name not in ("worker_min", "worker_max", "dashboard")}
+    singles = {str(p) for name, p in MEMBER_PORTS.items() if name not in ("worker_min", "worker_max", "dashboard")}
+    assert {"6383", "44217", "44227", "9100", "9400"} <= singles
     assert set(elements) == singles | {f"{PORTS['worker_min']}-{PORTS['worker_max']}"}
     ray_rules = [r for r in rules(text) if "@ray_ports" in r]
     assert ray_rules == [

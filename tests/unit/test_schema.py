@@ -55,7 +55,7 @@ def prod_cluster() -> list[Host]:
         "docker_source": "docker",
         "docker_log_opts": {"max-size": "50m"},
         "ray_image_pull": "always",
-        "ray_ports": {"metrics_export": 9100},  # partial: the other ports keep their defaults
+        "ray_ports": {"metrics_export": 9200},  # partial: the other ports keep their defaults
     }
     return [
         ("gpu-head.lab.example", {**common, "ray_role": "head", "ray_node_ip": "192.0.2.10", "ray_num_gpus": 0},
@@ -86,7 +86,7 @@ def test_ports_set_on_one_host_only_must_match_the_others():
     ]
     p = only(validate_cluster(hosts))
     assert (p.key, p.expected) == ("ray_ports", "the same value on every host of the cluster")
-    assert "gpu-02.lab.example: {" in p.value and "'metrics_export': 9100" in p.value
+    assert "gpu-02.lab.example: {" in p.value and "'metrics_export': 9200" in p.value
 
 
 def test_single_head_cluster_with_defaults_only_is_valid():

@@ -251,7 +251,7 @@ def test_exports_without_a_server_are_an_error():
 
 @pytest.mark.parametrize(
     "port, what",
-    [(6379, "gcs"), ("8000-8300", "dashboard"), (10002, "the worker range"), ("9000-10005", "the worker range")],
+    [(6379, "gcs"), ("8000-8300", "dashboard"), (10002, "the worker range"), ("9500-10005", "the worker range")],
 )
 def test_extra_open_ports_must_miss_ray_s_ports(port, what):
     p = only(problems_of(firewall_extra_tcp_ports=[80, port]))

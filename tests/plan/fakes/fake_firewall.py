@@ -34,6 +34,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from deploy import firewall, settings
+from deploy.ports import member_ports
 from tests.plan.fakes.fakestep import FakeState
 
 #: The operator's address the fake hosts see the deploy connect from (TEST-NET-2).
@@ -53,7 +54,7 @@ def expected_ruleset(
     s = settings.merge(data)
     ssh = sorted({int(data.get("ssh_port") or 22), *([server_port] if deploy_source else [])})
     return firewall.render_ruleset(
-        ray_ports=s["ray_ports"],
+        ray_ports=member_ports(s),
         members=members,
         admin_cidrs=s["firewall_admin_cidrs"],
         extra_tcp_ports=s["firewall_extra_tcp_ports"],

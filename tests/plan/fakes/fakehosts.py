@@ -33,11 +33,22 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from deploy import auth, cluster_token, env_secret, firewall, membership, nfs, ray_node, ray_temp, settings
+from deploy import (
+    auth,
+    cluster_token,
+    env_secret,
+    firewall,
+    membership,
+    monitoring_config,
+    nfs,
+    ray_node,
+    ray_temp,
+    settings,
+)
 from deploy.docker import merge_daemon_config
 from deploy.ray_image import registry_config
 from deploy.storage import mount_points
-from tests.plan.fakes import fake_firewall, fake_storage
+from tests.plan.fakes import fake_firewall, fake_monitoring, fake_monitoring_exporters, fake_storage
 
 FRESH = "fresh"
 CONVERGED = "converged"
@@ -348,6 +359,8 @@ def expected_dirs(os_name: str, data: Mapping[str, Any], *, gpus: int = 0) -> di
         dirs[auth.NODE_TOKEN_DIR] = 700
     if s["ray_env_secret"]:
         dirs[env_secret.ENV_DIR] = 700
+    if head_monitors(s) and s["monitoring_grafana"]:
+        dirs[monitoring_config.ray_dashboards_dir(s)] = 755
     return dirs
 
 
@@ -362,10 +375,12 @@ def expected_packages(os_name: str, data: Mapping[str, Any]) -> tuple[str, ...]:
 
 def expected_run_args(
     data: Mapping[str, Any], node_ip: str, head_ip: str, gpus: int = 0,
-    mem_kb: int = MEM_KB, nofile_hard: int | None = NOFILE_HARD,
+    mem_kb: int = MEM_KB, nofile_hard: int | None = NOFILE_HARD, monitoring: bool | None = None,
 ) -> list[str]:  # fmt: skip
     """The ``docker create`` arguments (without the hash label) the deploy wants for a host,
-    built with the pure helpers of ``deploy.ray_node`` from the host's data and facts."""
+    built with the pure helpers of ``deploy.ray_node`` from the host's data and facts.
+    ``monitoring``: the host is the head and the monitoring host (default: the head, with
+    monitoring on and no other ``monitoring_host``)."""
     s = settings.merge(data)
     visible = s["nvidia_visible_devices"]
     detected = gpus if visible == "all" else len(visible)
@@ -374,7 +389,16 @@ def expected_run_args(
     shm = ray_node.shm_size(s["ray_shm_size"], mem_kb * 1024)
     nofile = ray_node.nofile_limit(s["ray_ulimit_nofile"], nofile_hard)
     digest = auth.token_digest(auth.ensure_token(s)) if s["ray_auth"] == "token" else None
-    return ray_node.docker_run_args(s, s["ray_role"], start, num_gpus, shm, nofile, digest)
+    if monitoring is None:
+        monitoring = head_monitors(s)
+    return ray_node.docker_run_args(s, s["ray_role"], start, num_gpus, shm, nofile, digest, monitoring)
+
+
+def head_monitors(s: Mapping[str, Any]) -> bool:
+    """Whether a host with settings ``s`` is the head and runs Prometheus (``monitoring_host`` unset,
+    or its own address)."""
+    here = s["monitoring_host"] in (None, s["ray_node_ip"])
+    return bool(s["ray_role"] == "head" and s["monitoring_enabled"] and here)
 
 
 # --- Fact answers --------------------------------------------------------------------------------
@@ -466,7 +490,9 @@ def fake_responses(
     members: Iterable[str] = (),
     firewall: Mapping[str, Any] | None = None,
     storage: Mapping[str, Any] | None = None,
+    monitoring: Mapping[str, Any] | None = None,
     recorded: Iterable[str] | None | str = CONVERGED,
+    exporters: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The ``fake_responses`` of one host.
 
@@ -496,7 +522,9 @@ def fake_responses(
 
     ``members`` are the cluster's node addresses, the head's first (the
     firewall admits them); ``firewall`` and ``storage`` are keywords for
-    ``fake_firewall.facts`` and ``fake_storage.facts``. ``recorded`` is the
+    ``fake_firewall.facts`` and ``fake_storage.facts``, ``monitoring`` for
+    ``fake_monitoring.facts`` (the monitoring server; ``cluster`` sets it), ``exporters`` for
+    ``fake_monitoring_exporters.facts``. ``recorded`` is the
     membership record the host keeps (``deploy.membership.MEMBERS_PATH``): by
     default, when converged, the members and every host's member networks; a
     list of members instead, or None for no record.
@@ -539,6 +567,8 @@ def fake_responses(
     steps = [
         fake_firewall.facts(os_name, converged, data, members, firewall or {}),
         fake_storage.facts(os_name, converged, data, members, storage or {}),
+        fake_monitoring.facts(converged, data, monitoring or {}),
+        fake_monitoring_exporters.facts(os_name, converged, data, gpus, exporters or {}),
     ]
     for step in steps:
         responses.update(step.responses)
@@ -641,7 +671,9 @@ def fake_responses(
         container_present = converged or container_hash is not None
     if container_present:
         if container_hash is None:
-            run_args = expected_run_args(data, node_ip, head_ip, gpus, mem_kb, nofile_hard)
+            run_args = expected_run_args(
+                data, node_ip, head_ip, gpus, mem_kb, nofile_hard, (monitoring or {}).get("head_monitors")
+            )
             container_hash = ray_node.config_hash(run_args)
         labels = {ray_node.HASH_LABEL: container_hash, ray_node.ROLE_LABEL: s["ray_role"]}
         if s["ray_auth"] == "token":
@@ -699,13 +731,41 @@ def cluster(
     head_ip = str(heads[0].get("ray_node_ip")) if heads else "10.0.0.1"
     members = [head_ip] + [str(d.get("ray_node_ip")) for _n, d in hosts if d not in heads and d.get("ray_node_ip")]
     result = []
+    watcher = monitoring_host(hosts)
+    view = [
+        monitoring_config.Member(
+            name,
+            str(d.get("ray_node_ip")),
+            head=d.get("ray_role") == "head",
+            gpu=(gpus or {}).get(name, 0) > 0 and settings.merge(d)["monitoring_gpu_exporter"] != "none",
+        )
+        for name, d in hosts
+        if settings.merge(d)["ray_state"] == "present"
+    ]
     for name, d in hosts:
         kwargs = {"members": members, **common, **dict((options or {}).get(name, {}))}
+        serves = name == watcher
+        kwargs["monitoring"] = {
+            "serves": serves,
+            "name": name,
+            "members": view,
+            "head_monitors": serves and d.get("ray_role") == "head",
+            **dict(kwargs.get("monitoring") or {}),
+        }
         nfs_server = nfs.serves_nfs(settings.merge(d), name)
         kwargs["firewall"] = {"nfs_server": nfs_server, **dict(kwargs.get("firewall") or {})}
         responses = fake_responses(os_name, state, d, head_ip=head_ip, gpus=(gpus or {}).get(name, 0), **kwargs)
         result.append((name, {**d, "fake_responses": responses, "fake_delay": 0, "fake_delay_jitter": 0}))
     return result
+
+
+def monitoring_host(hosts: list[tuple[str, Mapping[str, Any]]]) -> str | None:
+    """The name of the host that runs Prometheus in a fake cluster (None: monitoring is off)."""
+    present = [(n, d) for n, d in hosts if settings.merge(d)["ray_state"] == "present"]
+    if not present or not settings.merge(present[0][1])["monitoring_enabled"]:
+        return None
+    view = [(n, str(d.get("ray_node_ip")), str(d.get("ray_role"))) for n, d in present]
+    return monitoring_config.resolve_monitoring_host(settings.merge(present[0][1])["monitoring_host"], view)
 
 
 # --- The reference cluster of the plan tests -------------------------------------------------------

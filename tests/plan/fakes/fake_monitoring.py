@@ -1,0 +1,142 @@
+"""What a host looks like to the monitoring server step of the deploy, for the plan tests' fake hosts.
+
+``facts(converged, data, options)`` returns the files, directories and other fact answers a host
+has: nothing of Prometheus's or Grafana's when fresh; when converged, on the monitoring host,
+everything ``deploy.monitoring_server`` puts there (the files rendered by the pure functions of
+``deploy.monitoring_config`` from the cluster's members), the images, the units enabled and
+running, and containers whose hash label is their unit's; on every other host, nothing.
+``fakehosts.cluster`` sets the options from the cluster:
+
+- ``serves``: this host is the monitoring host (default: not);
+- ``name``: this host's inventory name; ``members``: every present host as
+  ``deploy.monitoring_config.Member`` (whom Prometheus scrapes);
+- ``leftovers``: this step's paths, containers and images on a host that should have none
+  (``("PATH", path)``, ``("CONTAINER", name)``, ``("IMAGE", ref)``), as a monitoring host that
+  moved or a deploy with ``monitoring_enabled = False`` finds them;
+- ``prometheus_label``: the hash label the running Prometheus container carries (default: its unit's);
+- ``config_unread``: Prometheus's configuration was written after its last reload (a run that died
+  before the SIGHUP).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from deploy import monitoring_config as mc
+from deploy import monitoring_server as ms
+from deploy import settings
+from deploy.templating import render
+from tests.plan.fakes.fakestep import FakeState
+
+IMAGE_ID = "sha256:" + "cd" * 32
+
+
+def serves_grafana(s: Mapping[str, Any]) -> bool:
+    return bool(s["monitoring_enabled"] and s["monitoring_grafana"])
+
+
+def expected_files(s: Mapping[str, Any], name: str, members: list[mc.Member]) -> dict[str, tuple[str, int]]:
+    """path -> (content, mode) of what the step writes on the monitoring host with settings ``s``."""
+    on_head = s["ray_role"] == "head"
+    files = {
+        mc.PROMETHEUS_YML: mc.prometheus_yml(members, s, ray_file=on_head, self_host=name),
+        mc.RULES_YML: mc.rules_yml(),
+        **mc.target_files(members, s),
+        f"/etc/systemd/system/{ms.PROMETHEUS}.service": ms_unit(ms.PROMETHEUS, "Prometheus", prometheus(s)),
+    }
+    if s["monitoring_grafana"]:
+        files |= mc.grafana_files(s, ray_dashboards=on_head)
+        files[f"/etc/systemd/system/{ms.GRAFANA}.service"] = ms_unit(ms.GRAFANA, "Grafana", grafana(s))
+    return {path: (text, 644) for path, text in files.items()}
+
+
+def prometheus(s: Mapping[str, Any]) -> list[str]:
+    return ms.prometheus_words(dict(s), s["ray_role"] == "head")
+
+
+def grafana(s: Mapping[str, Any]) -> list[str]:
+    return ms.grafana_words(dict(s), s["ray_role"] == "head")
+
+
+def ms_unit(container: str, what: str, words: list[str]) -> str:
+    return render(ms.UNIT_TEMPLATE, **ms.unit_values(container, what, words))
+
+
+def expected_dirs(s: Mapping[str, Any]) -> dict[str, int]:
+    dirs = {mc.CONFIG_DIR: 755, mc.TARGETS_DIR: 755, mc.PROMETHEUS_DATA: 700}
+    if s["monitoring_grafana"]:
+        dirs |= {mc.GRAFANA_DIR: 755, f"{mc.GRAFANA_PROVISIONING}/datasources": 755,
+                 f"{mc.GRAFANA_PROVISIONING}/dashboards": 755, mc.GRAFANA_DASHBOARDS: 755,
+                 mc.GRAFANA_DATA: 700}  # fmt: skip
+    return dirs
+
+
+def _systemd(unit: str, key: str, value: str) -> list[str]:
+    return [f"Id={unit}", f"{key}={value}", ""]
+
+
+def _container(name: str, image: str, label: str) -> str:
+    return json.dumps(
+        {
+            "Id": "f00d" * 16,
+            "Image": IMAGE_ID,
+            "Name": f"/{name}",
+            "State": {"Status": "running", "Running": True, "Restarting": False},
+            "Config": {"Image": image, "Labels": {ms.HASH_LABEL: label}},
+        }
+    )
+
+
+def facts(converged: bool, data: Mapping[str, Any], options: Mapping[str, Any]) -> FakeState:
+    """The monitoring server step's view of one host."""
+    s = settings.merge(data)
+    state = FakeState()
+    serves = bool(options.get("serves")) and converged
+    # Leftovers: one command; on a host that should have none, what ``leftovers`` says is there.
+    state.responses['echo "PATH $p"'] = [" ".join(item) for item in options.get("leftovers", ())]  # Leftovers
+    containers = {ms.PROMETHEUS: (s["monitoring_prometheus_image"], prometheus(s))}
+    if s["monitoring_grafana"]:
+        containers[ms.GRAFANA] = (s["monitoring_grafana_image"], grafana(s))
+    # ConfigReadAt: when each container last read its files, and when they were written.
+    state.responses[f"--format '{{{{.State.StartedAt}}}}' {ms.GRAFANA}"] = (
+        ["STARTED=1733004000", "WRITTEN=1733000000"] if serves else []
+    )
+    unread = bool(options.get("config_unread"))
+    state.responses[f"--format '{{{{.State.StartedAt}}}}' {ms.PROMETHEUS}"] = (
+        ["READ=1733004000", "STARTED=1733000500", f"WRITTEN={1733009000 if unread else 1733000000}"] if serves else []
+    )
+    leftovers = set(options.get("leftovers", ()))
+    for name in (ms.PROMETHEUS, ms.GRAFANA):
+        runs = (serves and name in containers) or ("CONTAINER", name) in leftovers
+        if name in containers:
+            image, words = containers[name]
+            label = options.get("prometheus_label", ms.run_hash(words)) if name == ms.PROMETHEUS else ms.run_hash(words)
+            state.responses[f"docker container inspect --format '{{{{json .}}}}' {name}"] = (
+                [_container(name, image, label)] if serves else []
+            )
+        state.responses[f"--property SubState {name}.service"] = _systemd(
+            f"{name}.service", "SubState", "running" if runs else "dead"
+        )
+        state.responses[f"--property UnitFileState {name}.service"] = _systemd(
+            f"{name}.service", "UnitFileState", "enabled" if runs else ""
+        )
+    for path, uid in ((mc.PROMETHEUS_DATA, mc.PROMETHEUS_UID), (mc.GRAFANA_DATA, mc.GRAFANA_UID)):
+        state.responses[f"stat -c %u:%g {path}"] = [f"{uid}:{uid}"] if serves else []
+    for kind, path in leftovers:  # what pyinfra's own File and Directory facts see of them
+        if kind == "PATH" and path.endswith(".service"):
+            state.files[path] = ("[Unit]\n", 644)
+        elif kind == "PATH":
+            state.dirs[path] = 755
+    if not serves:
+        state.responses[f"if [ -f {mc.TARGETS_DIR}/gpu.json ]"] = ["ABSENT"]
+        return state
+    members = list(options.get("members", ()))
+    state.files.update(expected_files(s, options.get("name", ""), members))
+    state.dirs.update(expected_dirs(s))
+    gpu = state.files[f"{mc.TARGETS_DIR}/gpu.json"][0]
+    state.responses[f"if [ -f {mc.TARGETS_DIR}/gpu.json ]"] = ["EXISTS", *gpu.splitlines()]
+    for image in (s["monitoring_prometheus_image"], s["monitoring_grafana_image"]):
+        state.responses[f"docker image inspect --format '{{{{.Id}}}}' {image}"] = [IMAGE_ID]
+    return state

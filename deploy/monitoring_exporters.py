@@ -64,7 +64,7 @@ from deploy.ray_image import DOCKER_CONFIG_DIR, pull_command
 from deploy.ray_node import resolve_num_gpus, wait_for_port_command
 from deploy.s3 import EPEL_RHEL_URL
 from deploy.settings import host_settings, node_address, present_hosts
-from deploy.templating import put_template, render
+from deploy.templating import put_template, render, template_path
 from deploy.units import NeedDaemonReload, daemon_reload
 
 NODE_UNIT = "rayrig-node-exporter"
@@ -78,6 +78,11 @@ PACKAGE_MARKER = f"{STATE_DIR}/node-exporter-package"
 #: The exporter images rayrig pulled, one a line: removed when no longer used.
 IMAGES_RECORD = f"{STATE_DIR}/images"
 PORT_WAIT_S = 60  # how long a (re)started exporter has to answer on its port
+#: The DCGM exporter's counters (``templates/dcgm-counters.csv``): its defaults plus the fields the
+#: checks and alert rules read that it leaves out (clock event reasons, violations, ECC totals).
+COUNTERS_TEMPLATE = "dcgm-counters.csv"
+COUNTERS_PATH = "/etc/rayrig/dcgm-counters.csv"
+COUNTERS_IN_CONTAINER = "/etc/dcgm-exporter/rayrig-counters.csv"
 
 
 @dataclass(frozen=True)
@@ -140,15 +145,20 @@ def node_container_args(image: str, listen: str) -> list[str]:
 
 def gpu_container_args(image: str, listen: str) -> list[str]:
     """``docker run`` arguments of the DCGM exporter container: every GPU, host networking, the
-    listener through ``DCGM_EXPORTER_LISTEN`` (the image's entrypoint passes no flags of ours on).
+    listener through ``DCGM_EXPORTER_LISTEN`` and rayrig's counters file through
+    ``DCGM_EXPORTER_COLLECTORS`` (the environment of its ``--address`` and ``--collectors``: the
+    image's entrypoint passes no flags of ours on).
 
     >>> gpu_container_args("nvcr.io/nvidia/k8s/dcgm-exporter:4.2.3-4.1.3-ubuntu22.04", "10.0.0.2:9400")[3:]
     ['--pull=never', '--net=host', '--gpus=all', '--env=DCGM_EXPORTER_LISTEN=10.0.0.2:9400', \
+'--volume=/etc/rayrig/dcgm-counters.csv:/etc/dcgm-exporter/rayrig-counters.csv:ro', \
+'--env=DCGM_EXPORTER_COLLECTORS=/etc/dcgm-exporter/rayrig-counters.csv', \
 'nvcr.io/nvidia/k8s/dcgm-exporter:4.2.3-4.1.3-ubuntu22.04']
     """
     return [
         "run", "--rm", f"--name={GPU_UNIT}", "--pull=never", "--net=host", "--gpus=all",
-        f"--env=DCGM_EXPORTER_LISTEN={listen}", image,
+        f"--env=DCGM_EXPORTER_LISTEN={listen}", f"--volume={COUNTERS_PATH}:{COUNTERS_IN_CONTAINER}:ro",
+        f"--env=DCGM_EXPORTER_COLLECTORS={COUNTERS_IN_CONTAINER}", image,
     ]  # fmt: skip
 
 
@@ -366,7 +376,9 @@ def _package_node_exporter(package: NodeExporterPackage, plat: Platform, setting
     _keep_running(package.service, node_exporter_args(listen), installs, settings["monitoring_ports"]["node_exporter"])
 
 
-def _container(unit: str, description: str, args: list[str], settings: dict[str, Any], port: int) -> None:
+def _container(
+    unit: str, description: str, args: list[str], settings: dict[str, Any], port: int, changed: list[Any] | None = None
+) -> None:
     path = f"/etc/systemd/system/{unit}.service"
     unit_file = put_template(
         f"Install the {unit} unit",
@@ -378,7 +390,7 @@ def _container(unit: str, description: str, args: list[str], settings: dict[str,
         firewall_unit=_firewall_unit(settings),
     )
     daemon_reload(f"Reload systemd units for {unit}", [unit_file], [f"{unit}.service"])
-    _keep_running(unit, args, [], port)
+    _keep_running(unit, args, changed or [], port)
 
 
 def _remove_units(units: Iterable[str]) -> None:
@@ -395,6 +407,11 @@ def _remove_units(units: Iterable[str]) -> None:
         daemon_reload("Reload systemd units without rayrig's exporters", removed, units)
 
 
+def _remove_counters() -> None:
+    if fact(host, File, COUNTERS_PATH):
+        files.file(name="Remove the DCGM exporter's counters", path=COUNTERS_PATH, present=False)
+
+
 def _recorded_images() -> set[str]:
     text = fact(host, FileText, IMAGES_RECORD)
     return {line.strip() for line in (text or "").splitlines() if line.strip()}
@@ -403,6 +420,7 @@ def _recorded_images() -> set[str]:
 def remove_exporters() -> None:
     """Take away what this step installed; plan nothing where there is nothing."""
     _remove_units((NODE_UNIT, GPU_UNIT))
+    _remove_counters()
     marker = fact(host, FileText, PACKAGE_MARKER)
     ours = (marker or "").strip()
     for package in (DEBIAN_PACKAGE, EPEL_PACKAGE):
@@ -456,10 +474,15 @@ def monitoring_exporters() -> None:
         _container(NODE_UNIT, "Prometheus node exporter", node_container_args(image, node_listen), settings,
                    ports["node_exporter"])  # fmt: skip
     if GPU_UNIT in wanted:
+        counters = files.put(
+            name="Install the DCGM exporter's counters", src=template_path(COUNTERS_TEMPLATE), dest=COUNTERS_PATH,
+            mode="644",
+        )  # fmt: skip
         args = gpu_container_args(wanted[GPU_UNIT], listen_address(address, ports["gpu_exporter"]))
-        _container(GPU_UNIT, "NVIDIA DCGM exporter", args, settings, ports["gpu_exporter"])
+        _container(GPU_UNIT, "NVIDIA DCGM exporter", args, settings, ports["gpu_exporter"], [counters])
     else:
         _remove_units((GPU_UNIT,))
+        _remove_counters()
     unused = _recorded_images() - set(wanted.values())
     if unused:
         server.shell(name="Remove the exporter images no longer used", commands=[forget_images_command(unused)])

@@ -116,9 +116,19 @@ def test_the_dcgm_exporter_runs_on_the_gpu_host_only(fresh):
     start = next(line for line in unit.splitlines() if line.startswith("ExecStart="))
     assert shlex.split(start.removeprefix("ExecStart=")) == [
         "/usr/bin/env", "docker", "run", "--rm", "--name=rayrig-gpu-exporter", "--pull=never", "--net=host",
-        "--gpus=all", "--env=DCGM_EXPORTER_LISTEN=10.0.0.2:9400", DCGM_IMAGE,
+        "--gpus=all", "--env=DCGM_EXPORTER_LISTEN=10.0.0.2:9400",
+        "--volume=/etc/rayrig/dcgm-counters.csv:/etc/dcgm-exporter/rayrig-counters.csv:ro",
+        "--env=DCGM_EXPORTER_COLLECTORS=/etc/dcgm-exporter/rayrig-counters.csv", DCGM_IMAGE,
     ]  # fmt: skip
     assert "SYS_ADMIN" not in unit
+    # The counters the checks and the alert rules read, which the exporter's defaults leave out.
+    counters = gpu.op("Install the DCGM exporter's counters").uploads["/etc/rayrig/dcgm-counters.csv"]
+    fields = {line.split(",")[0] for line in counters.splitlines() if line and not line.startswith("#")}
+    assert {
+        "DCGM_FI_DEV_XID_ERRORS", "DCGM_FI_DEV_CLOCKS_EVENT_REASONS", "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+        "DCGM_FI_DEV_SLOWDOWN_TEMP", "DCGM_FI_DEV_THERMAL_VIOLATION", "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
+        "DCGM_FI_DEV_ROW_REMAP_FAILURE", "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_GPU_UTIL",
+    } <= fields  # fmt: skip
     assert gpu.op("Wait for rayrig-gpu-exporter to answer on port 9400").commands
     # The image comes before the unit that runs it, and after Ray's node.
     steps = [
@@ -126,12 +136,12 @@ def test_the_dcgm_exporter_runs_on_the_gpu_host_only(fresh):
     ]
     assert steps == sorted(steps)
     for name in (HEAD, CPU_WORKER):
-        assert not run[name].has_op("gpu-exporter") and not run[name].has_op("dcgm"), (os_name, name)
+        assert not run[name].has_op("gpu-exporter") and not run[name].has_op("(?i)dcgm"), (os_name, name)
 
 
 def test_no_gpu_exporter_when_the_data_says_none():
     run = run_deploy(reference_cluster("ubuntu22", data={"monitoring_gpu_exporter": "none"}))
-    assert not run[GPU_WORKER].has_op("gpu-exporter") and not run[GPU_WORKER].has_op("dcgm")
+    assert not run[GPU_WORKER].has_op("gpu-exporter") and not run[GPU_WORKER].has_op("(?i)dcgm")
     ruleset = run[GPU_WORKER].op("Install rayrig's nftables ruleset").uploads[firewall.RULESET_PATH]
     assert "9400" not in ruleset and "9100,  # node_exporter" in ruleset
 
@@ -239,6 +249,7 @@ def test_monitoring_off_removes_what_rayrig_installed(os_name):
         assert host.op("Remove rayrig's exporter records").commands == ["rm -rf /var/lib/rayrig/exporters"]
     gpu = run[GPU_WORKER]
     assert gpu.has_op("Stop and disable rayrig-gpu-exporter.service")
+    assert gpu.op("Remove the DCGM exporter's counters").commands == ["rm -f /etc/rayrig/dcgm-counters.csv"]
     images = gpu.op("Remove the exporter images rayrig pulled").commands[0]
     assert f"docker image rm -- {DCGM_IMAGE}" in images
     assert (f"docker image rm -- {NODE_IMAGE}" in images) == (PACKAGE[os_name] is None)
@@ -275,6 +286,7 @@ def test_a_gpu_exporter_no_longer_wanted_is_removed_with_its_image():
         "Stop and disable rayrig-gpu-exporter.service",
         "Remove the rayrig-gpu-exporter.service unit",
         "Reload systemd units without rayrig's exporters",
+        "Remove the DCGM exporter's counters",
         "Remove the exporter images no longer used",
     ]
     assert f"docker image rm -- {DCGM_IMAGE}" in gpu.op("Remove the exporter images no longer used").commands[0]

@@ -3,12 +3,17 @@ the head's metrics ports, the members' single port list, and the exporters' comm
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
+from checks import monitoring as checks_monitoring
 from deploy import monitoring_exporters as mon
 from deploy import ray_node, settings
 from deploy.ports import member_ports, ray_metrics_env
 from deploy.schema import validate_cluster, validate_host
+from deploy.templating import template_path
 
 HEAD = ("head", {"ray_role": "head"}, "10.0.0.1")
 WORKER = ("worker", {}, "10.0.0.2")
@@ -183,3 +188,20 @@ def test_an_extra_port_range_over_both_exporters_is_one_problem_naming_both():
     [p] = validate_host("gpu-01", {"firewall_extra_tcp_ports": [80, "9000-9500"]})
     assert (p.key, p.value) == ("firewall_extra_tcp_ports[1]", "9000-9500")
     assert "monitoring_ports['node_exporter'] = 9100, monitoring_ports['gpu_exporter'] = 9400" in p.expected
+
+
+def test_the_dcgm_counters_hold_every_gpu_field_the_checks_rules_and_dashboard_read():
+    fields = {
+        line.split(",")[0].strip()
+        for line in Path(template_path(mon.COUNTERS_TEMPLATE)).read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    }
+    read = {
+        name
+        for template in ("prometheus-rules.yml", "rayrig-gpu-dashboard.json")
+        for name in re.findall(r"DCGM_FI_[A-Z_]+", Path(template_path(template)).read_text())
+    }
+    read |= {checks_monitoring.XID, checks_monitoring.CLOCK_REASONS[0], checks_monitoring.ECC_DBE}
+    read |= {checks_monitoring.REMAPPED, checks_monitoring.REMAP_FAILED}
+    assert read - fields == set()
+    assert "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS" not in fields  # the name before DCGM 3.3: the pinned 4.x refuses it

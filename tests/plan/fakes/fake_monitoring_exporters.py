@@ -32,6 +32,7 @@ from typing import Any
 from deploy import monitoring_exporters as mon
 from deploy import settings
 from deploy.platform import detect
+from deploy.templating import template_path
 from tests.plan.fakes.fakestep import FakeState
 
 OS_IDS = {
@@ -115,6 +116,9 @@ def facts(os_name: str, converged: bool, data: Mapping[str, Any], gpus: int, opt
         else:
             state.files[f"/etc/systemd/system/{unit}.service"] = (text, 644)
         live.setdefault(unit, argv)
+    if installed and gpus and s["monitoring_gpu_exporter"] == "dcgm":
+        with open(template_path(mon.COUNTERS_TEMPLATE)) as counters:
+            state.files[mon.COUNTERS_PATH] = (counters.read(), 644)
     if package is not None and (installed or options.get("package_only")):
         state.packages = (package.package,)
         live.setdefault(package.service, [package.binary])

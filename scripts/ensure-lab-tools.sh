@@ -9,7 +9,9 @@
 #          debootstrap (the lab's Debian image when no registry serves debian:bookworm; it runs as
 #          root only, so a user who is not root is not asked to install it)
 #   test   the lab's, make, and when root nft (nftables: the firewall tests check the rendered
-#          rulesets) and s3fs (the storage tests mount a bucket), whose tests skip without root
+#          rulesets), s3fs (the storage tests mount a bucket) and promtool and prometheus
+#          (Debian's prometheus, not left running: the monitoring tests check the rendered
+#          configuration and rules with them), whose tests skip without root
 #
 # Only what is missing is installed: as root on Debian or Ubuntu with apt-get; otherwise the
 # script names the programs and the exact command that installs them, and exits 1.
@@ -65,6 +67,8 @@ for purpose in "${purposes[@]}"; do
             if [ "$uid" = 0 ]; then  # their tests need root (netlink, FUSE mounts) and skip without it
                 need nft nftables
                 need s3fs s3fs
+                need promtool prometheus
+                need prometheus prometheus
             fi
             ;;
     esac
@@ -81,6 +85,13 @@ if [ "$uid" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
     apt-get install -y -qq "${packages[@]}" >/dev/null
+    case " ${packages[*]} " in
+        *" prometheus "*)  # only its programs are wanted: no server left running where systemd runs
+            if [ -d /run/systemd/system ]; then
+                systemctl disable --now prometheus.service prometheus-node-exporter.service >/dev/null 2>&1 || true
+            fi
+            ;;
+    esac
     exit 0
 fi
 

@@ -17,7 +17,7 @@ from deploy.paths import repo_root
 
 SCRIPT = repo_root() / "scripts" / "ensure-lab-tools.sh"
 BASH = shutil.which("bash") or "/bin/bash"
-EVERYTHING = ("docker", "ssh", "ssh-keygen", "debootstrap", "nft", "s3fs", "make", "apt-get")
+EVERYTHING = ("docker", "ssh", "ssh-keygen", "debootstrap", "nft", "s3fs", "promtool", "prometheus", "make", "apt-get")
 
 
 def machine(tmp_path: Path, programs: tuple[str, ...], venv: bool = True) -> Path:
@@ -52,7 +52,7 @@ def test_root_on_a_fresh_debian_gets_everything_installed_with_apt_in_one_go(tmp
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[-1] == (
         "would run: apt-get update && apt-get install -y python3-venv docker.io openssh-client debootstrap make "
-        "nftables s3fs"
+        "nftables s3fs prometheus"
     )
 
 
@@ -74,7 +74,7 @@ def test_a_user_who_is_not_root_is_told_the_exact_command_and_make_stops(tmp_pat
         "rayrig needs programs this machine lacks (for venv test): python3's venv, docker, ssh, ssh-keygen",
         "  install them:  sudo apt-get install -y python3-venv docker.io openssh-client",
         "  then run make again",
-    ]  # debootstrap, nft and s3fs run as root only: a user is not asked for them
+    ]  # debootstrap, nft, s3fs and prometheus are asked of root only
 
 
 def test_without_apt_the_programs_are_named(tmp_path):

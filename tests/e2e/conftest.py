@@ -24,12 +24,12 @@ MODULE_ORDER = (
     "test_lab_operate",  # day to day: status (and a stopped worker), exec on every host, a host's logs
     "test_lab_submit",  # a job from this machine through the head's tunnel; Ray's CLI with the export lines
     "test_lab_rerun",  # re-runs: what they change, what they check
-    "test_lab_exporters",  # node exporters on every host, their ports members-only, off and on again
-    "test_lab_monitoring",  # Prometheus on the head: every node scraped, loopback only, removed when off
+    "test_lab_monitoring",  # node exporters and Prometheus: every node scraped, ports members-only, loopback
     "test_lab_monitoring_checks",  # the checks read Prometheus: a stopped node exporter is named
     "test_lab_token",  # one token for the cluster's life
     "test_lab_rolling",  # rolling changes and head failure
     "test_lab_membership",  # grow and shrink
+    "test_lab_monitoring_off",  # monitoring off leaves nothing of it (last: no deploy turns it on again)
     "test_lab_down",  # teardown leaves nothing
 )
 

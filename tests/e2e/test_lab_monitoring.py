@@ -1,10 +1,15 @@
-"""Prometheus on the lab's head, end to end: it scrapes every Ray node (and every node exporter), it
-answers on the head's loopback only, and turning monitoring off leaves none of it behind.
+"""Monitoring on the lab's Debian 12 hosts, end to end, on the cluster of the first deploy
+(``monitoring_enabled`` is on by default):
+
+- Debian's node exporter on every host, listening on the node's address; the metrics ports (the
+  exporters' and Ray's) answering members and no one else;
+- Prometheus on the head scraping every Ray node (and every node exporter), answering on the head's
+  loopback only.
 
 The lab runs its own Prometheus image (Debian's package, pushed to the lab's registry by ``rayrig lab
-up``), without Grafana or a GPU exporter (neither can be fetched here; they are proven by plans and
-rendered files). It starts from the cluster on the lab's own inventory, every node alive, and leaves
-it so, with monitoring on again.
+up``), without Grafana or a GPU exporter (neither can be fetched here; they, EPEL's node exporter and
+Amazon Linux's container are proven by plans and rendered files). Turning monitoring off is proven
+last, before teardown (test_lab_monitoring_off.py), so that no deploy is spent turning it on again.
 """
 
 from __future__ import annotations
@@ -15,9 +20,46 @@ import time
 
 import pytest
 
-from tests.e2e.labkit import HOSTS, Lab, changed_operations, cluster_state, deploy, member_can_connect, outsider_probe
+from deploy import monitoring_exporters as mon
+from deploy import settings
+from tests.e2e.labkit import HOSTS, Lab, member_can_connect, outsider_probe, ray_ports
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+SERVICE = mon.DEBIAN_PACKAGE.service
+NODE_PORT = settings.defaults()["monitoring_ports"]["node_exporter"]
+
+
+def listeners(lab: Lab, h: dict, port: int) -> set[str]:
+    """The local addresses a host listens on at ``port`` (``ss``'s Local Address:Port column)."""
+    out = lab.sh(h, f"sudo ss -Hltn 'sport = :{port}'")
+    return {line.split()[3] for line in out.splitlines() if line.strip()}
+
+
+def test_every_host_runs_debians_node_exporter_on_its_node_address(lab, first_deploy):
+    for h in lab.hosts:
+        assert lab.sh(h, f"systemctl is-active {SERVICE}").strip() == "active"
+        assert (
+            lab.sh(h, f"dpkg-query -W -f '${{Status}}' {mon.DEBIAN_PACKAGE.package}").strip() == "install ok installed"
+        )
+        assert lab.sh(h, f"sudo cat {mon.PACKAGE_MARKER}").strip() == mon.DEBIAN_PACKAGE.package
+        assert listeners(lab, h, NODE_PORT) == {f"{h['address']}:{NODE_PORT}"}  # not 0.0.0.0, not [::]
+        metrics = lab.sh(lab.head, f"curl -sf http://{h['address']}:{NODE_PORT}/metrics")
+        assert "node_exporter_build_info" in metrics and "node_cpu_seconds_total" in metrics
+
+
+def test_the_metrics_ports_answer_members_and_no_one_else(lab, first_deploy):
+    ports = ray_ports()
+    head, worker = lab.head["address"], lab.workers[0]["address"]
+    targets = [(worker, NODE_PORT), (head, NODE_PORT), (worker, ports["metrics_export"])]
+    targets += [(head, ports["dashboard_metrics"]), (head, ports["autoscaler_metrics"])]
+    seen = outsider_probe(lab, targets)
+    assert {t: seen[f"{t[0]}:{t[1]}"] for t in targets} == {t: False for t in targets}
+    # A member reaches each of them: the firewall, not an idle port, keeps the outsider out.
+    for address, port in targets:
+        member = lab.workers[1]
+        assert member_can_connect(lab, member, address, port), f"{address}:{port} does not answer a member"
+
 
 LAB_INVENTORY = "inventories/lab.py"
 PORT = 9090
@@ -78,25 +120,3 @@ def test_prometheus_answers_on_the_heads_loopback_only(lab: Lab, first_deploy):
     address = lab.head["address"]
     assert outsider_probe(lab, [(address, PORT)]) == {f"{address}:{PORT}": False}
     assert not member_can_connect(lab, lab.workers[0], address, PORT)
-
-
-def test_monitoring_off_leaves_nothing_and_on_again_brings_it_back(lab: Lab, first_deploy):
-    off = deploy(LAB_INVENTORY, "--data", "monitoring_enabled=false")
-    assert off.returncode == 0, "the deploy with monitoring off failed"
-    left = lab.sh(
-        lab.head,
-        "sudo ls -d /etc/systemd/system/rayrig-prometheus.service /etc/rayrig/monitoring /var/lib/rayrig/prometheus "
-        "2>/dev/null; sudo docker ps -a --format '{{.Names}}' | grep -x rayrig-prometheus; "
-        "sudo docker images --format '{{.Repository}}' | grep lab-prometheus; true",
-    )
-    assert left.strip() == "", left
-    assert "RAY_PROMETHEUS_HOST" not in lab.sh(lab.head, "sudo docker inspect --format '{{.Config.Env}}' ray-node")
-    assert len(cluster_state(lab)["nodes"]) == HOSTS
-    again = deploy(LAB_INVENTORY, "--data", "monitoring_enabled=false")
-    assert again.returncode == 0 and sum(changed_operations(again.stdout + again.stderr).values()) == 0
-    on = deploy(LAB_INVENTORY)
-    assert on.returncode == 0, "the deploy with monitoring on again failed"
-    names = {h["address"] for h in lab.hosts}
-    result = wait_for(lab, 'up{job="ray", ray_component="node"}', lambda r: hosts_up(r) == dict.fromkeys(names, "1"))
-    assert hosts_up(result) == dict.fromkeys(names, "1"), result
-    assert len(cluster_state(lab)["nodes"]) == HOSTS

@@ -5,12 +5,19 @@ imported (the plan tier does), which breaks Ray and TLS clients in the same
 process; one process per tier keeps the tiers independent. Every tier runs
 even when an earlier one fails; the exit status is non-zero if any failed.
 
+When the e2e tier runs after others, the lab it uses comes up meanwhile
+(``python -m tests.e2e.labkit``: the images built the first time, the hosts
+started), in a process of its own whose output goes to a file; the e2e tier
+waits for it, and its lab fixture then finds the lab in place (or tries again
+and fails with its own error).
+
     python scripts/run_tests.py                 # unit, plan, cloud, e2e
     python scripts/run_tests.py unit plan -x    # some tiers, extra pytest arguments
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import tempfile
@@ -33,13 +40,35 @@ def counts(junit: Path) -> dict[str, int]:
     return {"passed": passed, "failed": total["failures"], "skipped": total["skipped"], "errors": total["errors"]}
 
 
+def start_lab(log: Path) -> tuple[subprocess.Popen, Path, float]:
+    """Bring the e2e tier's lab up in the background, its output to ``log``."""
+    print(f"==> the e2e tier's lab comes up meanwhile (its output: {log})", flush=True)
+    with log.open("w") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "tests.e2e.labkit"], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )  # fmt: skip
+    return process, log, time.monotonic()
+
+
+def wait_for_lab(process: subprocess.Popen, log: Path, started: float) -> None:
+    """Wait for the background lab up; say how it went (its output when it failed)."""
+    status = process.wait()
+    print(f"==> the lab came up in the background: exit {status}, {time.monotonic() - started:.1f} s", flush=True)
+    if status != 0:
+        print(log.read_text()[-6000:], flush=True)
+
+
 def main(argv: list[str]) -> int:
     tiers = [a for a in argv if a in TIERS] or list(TIERS)
     extra = [a for a in argv if a not in TIERS]
     results = []
     with tempfile.TemporaryDirectory() as tmp:
+        lab = start_lab(Path(tmp) / "lab-up.log") if "e2e" in tiers and tiers[0] != "e2e" else None
         for tier in tiers:
             junit = Path(tmp) / f"{tier}.xml"
+            if tier == "e2e" and lab is not None:
+                wait_for_lab(*lab)
             print(f"==> tier {tier}", flush=True)
             started = time.monotonic()
             status = subprocess.call(

@@ -188,3 +188,7 @@ def inventory_with(path: Path, address: str, changes: dict) -> Path:
 
 BUCKET = "rayrig-e2e"  # the bucket moto's server holds for the shared-storage scenarios
 S3_SECRET = "e2e-Secret-Key-do-not-print"
+
+
+if __name__ == "__main__":  # python -m tests.e2e.labkit: the e2e tier's lab up, ahead of it (scripts/run_tests.py)
+    local.up(hosts=HOSTS, name=LAB)

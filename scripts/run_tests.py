@@ -5,11 +5,12 @@ imported (the plan tier does), which breaks Ray and TLS clients in the same
 process; one process per tier keeps the tiers independent. Every tier runs
 even when an earlier one fails; the exit status is non-zero if any failed.
 
-When the e2e tier runs after others, the lab it uses comes up meanwhile
-(``python -m tests.e2e.labkit``: the images built the first time, the hosts
-started), in a process of its own whose output goes to a file; the e2e tier
-waits for it, and its lab fixture then finds the lab in place (or tries again
-and fails with its own error).
+When the e2e tier runs after the plan or cloud tier, the lab it uses comes up
+meanwhile (``python -m tests.e2e.labkit``: the images built the first time,
+the hosts started), in a process of its own whose output goes to a file; the
+e2e tier waits for it, and its lab fixture then finds the lab in place (or
+tries again and fails with its own error). Not during the unit tier: its tests
+on a real local Ray measure time.
 
     python scripts/run_tests.py                 # unit, plan, cloud, e2e
     python scripts/run_tests.py unit plan -x    # some tiers, extra pytest arguments
@@ -26,6 +27,9 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 TIERS = ("unit", "plan", "cloud", "e2e")
+#: The tiers the e2e tier's lab may come up alongside: not the unit tier, whose tests on a real
+#: local Ray measure time and would be slowed by the image builds.
+LAB_MEANWHILE = ("plan", "cloud")
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -64,9 +68,11 @@ def main(argv: list[str]) -> int:
     extra = [a for a in argv if a not in TIERS]
     results = []
     with tempfile.TemporaryDirectory() as tmp:
-        lab = start_lab(Path(tmp) / "lab-up.log") if "e2e" in tiers and tiers[0] != "e2e" else None
+        lab = None
         for tier in tiers:
             junit = Path(tmp) / f"{tier}.xml"
+            if lab is None and tier in LAB_MEANWHILE and "e2e" in tiers:
+                lab = start_lab(Path(tmp) / "lab-up.log")
             if tier == "e2e" and lab is not None:
                 wait_for_lab(*lab)
             print(f"==> tier {tier}", flush=True)

@@ -30,7 +30,14 @@ def two_nodes() -> Iterator[dict[str, Any]]:
 
     with pytest.MonkeyPatch.context() as env:
         env.delenv("RAY_ADDRESS", raising=False)
-        cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "include_dashboard": False})
+        # The GCS must not declare the frozen node dead while a test waits on it (about 15-30 s by
+        # default, sooner than a loaded machine's first tasks may end): that would fail its tasks
+        # instead of leaving them late, which is what these tests are about.
+        system_config = {"health_check_failure_threshold": 1000}
+        cluster = Cluster(
+            initialize_head=True,
+            head_node_args={"num_cpus": 2, "include_dashboard": False, "_system_config": system_config},
+        )
         worker = cluster.add_node(num_cpus=2)
         cluster.wait_for_nodes()
         cluster_bench.connect(cluster.address)

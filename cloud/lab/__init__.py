@@ -33,6 +33,8 @@ from __future__ import annotations
 import json
 import shutil
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -112,6 +114,14 @@ def up(hosts: int = 3, name: str = DEFAULT_NAME, progress: Progress = print) -> 
     return state
 
 
+def each_at_once(remove: Callable[[str], object], items: list[str]) -> None:
+    """``remove`` every item, all at once: Docker deletes one host's layers and its inner Docker's
+    images while it deletes another's. The first failure is raised once every removal has ended."""
+    with ThreadPoolExecutor(max_workers=len(items)) as pool:
+        for future in [pool.submit(remove, item) for item in items]:
+            future.result()
+
+
 def down(name: str = DEFAULT_NAME, progress: Progress = print) -> None:
     """Remove everything lab ``name`` made: containers, network, volumes and its directory.
 
@@ -120,7 +130,7 @@ def down(name: str = DEFAULT_NAME, progress: Progress = print) -> None:
     lab_dir(name)  # validates the name
     containers = labelled("container", name)
     if containers:
-        docker("rm", "--force", "--volumes", *containers)
+        each_at_once(lambda container: docker("rm", "--force", "--volumes", container), containers)
         progress(f"removed containers: {' '.join(sorted(containers))}")
     networks = labelled("network", name)
     for network in networks:
@@ -129,7 +139,7 @@ def down(name: str = DEFAULT_NAME, progress: Progress = print) -> None:
         progress(f"removed networks: {' '.join(networks)}")
     volumes = labelled("volume", name)
     if volumes:
-        docker("volume", "rm", *volumes)
+        each_at_once(lambda volume: docker("volume", "rm", volume), volumes)
         progress(f"removed volumes: {' '.join(sorted(volumes))}")
     if lab_dir(name).exists():
         shutil.rmtree(lab_dir(name))

@@ -90,10 +90,10 @@ def install_files(certificate: tls.NodeCertificate, uid_command: str) -> str:
         own_files.append(install_files(node_certificate(host), user_command(image)))
     """
     files.directory(name="Create the folder of the node's TLS certificate", path=tls.NODE_TLS_DIR, mode="700")
-    issued = f" (new: {certificate.reason})" if certificate.issued else ""
+    new = f" (new: {certificate.reason})" if certificate.issued else ""
     contents = {tls.NODE_CA_CERT: certificate.ca_pem, tls.NODE_CERT: certificate.cert_pem}
     for path, what, mode in NODE_FILES:
-        issued = issued if path != tls.NODE_CA_CERT else ""
+        issued = new if path != tls.NODE_CA_CERT else ""  # the CA's own news is in its file's change
         if path == tls.NODE_KEY:  # a secret: never shown by --diff, uploaded through the private folder
             put_secret_file(
                 name=f"Store {what}{issued}", src=StringIO(certificate.key_pem.decode()), dest=path, mode=mode

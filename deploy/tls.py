@@ -504,22 +504,23 @@ def begin_rotation(settings: dict[str, Any]) -> Rotation:
     so that the next deploy creates a new CA and issues every node a new certificate.
 
     A ``previous/`` left by a rotation cut short is kept: the CA made since, when there is one, is the
-    one to finish with (``resumed``), so that nodes already on it need no second restart.
+    one to finish with (``resumed``), so that nodes already on it need no second restart. An unusable
+    CA (its key lost) is moved aside like a good one: a rotation is how the cluster gets a CA again.
     """
     folder = tls_dir(settings)
     previous = folder / PREVIOUS
     with _locked(folder):
         if previous.exists():
             _private_dir(previous)
-            return Rotation(folder, previous, resumed=_load_ca(folder) is not None)
-        if _load_ca(folder) is None:  # unusable files raise here, before anything moves
+            made = all((folder / name).exists() for name in ("ca.crt", "ca.key"))
+            return Rotation(folder, previous, resumed=made)
+        present = [name for name in ROTATED if (folder / name).exists()]
+        if not present:
             return Rotation(folder, None, resumed=False)
-        staging = folder / f".{PREVIOUS}.{secrets.token_hex(4)}"
-        _private_dir(staging)
-        for name in ROTATED:
-            if (folder / name).exists():
-                os.replace(folder / name, staging / name)
-        os.replace(staging, previous)
+        staging = _private_dir(folder / f".{PREVIOUS}.{secrets.token_hex(4)}")
+        for name in present:
+            os.replace(folder / name, staging / name)
+        os.replace(staging, previous)  # previous/ appears whole
     return Rotation(folder, previous, resumed=False)
 
 

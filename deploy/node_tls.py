@@ -25,12 +25,18 @@ import shlex
 from io import StringIO
 from typing import Any
 
+from pyinfra.api.exceptions import PyinfraError
 from pyinfra.operations import files
 
 from deploy import tls
 from deploy.memo import run_lock, run_memo
 from deploy.secret_files import put_secret_file
 from deploy.settings import host_data, host_settings, is_hostname, node_address, parse_address
+
+
+class NodeCertificateError(PyinfraError):
+    """The operator's CA or a node's stored certificate is unusable (``deploy.tls.TLSError``, with the host)."""
+
 
 #: The files in the node's TLS folder: (path, what it is, mode).
 NODE_FILES = (
@@ -65,8 +71,14 @@ def node_certificate(current_host: Any) -> tls.NodeCertificate | None:
     if current_host.name not in memo:
         with run_lock(current_host.state, "tls_certificates"):  # one CA, made by the first host that needs it
             if current_host.name not in memo:
-                sans = tls.node_sans(settings, current_host.name, san_addresses(current_host))
-                memo[current_host.name] = tls.ensure_node_certificate(settings, current_host.name, sans)
+                try:
+                    sans = tls.node_sans(settings, current_host.name, san_addresses(current_host))
+                    memo[current_host.name] = tls.ensure_node_certificate(settings, current_host.name, sans)
+                except tls.TLSError as error:
+                    raise NodeCertificateError(
+                        f"host {current_host.name}: no TLS certificate for its Ray node: {error}. "
+                        "Nothing was changed on any host."
+                    ) from None
     return memo[current_host.name]
 
 

@@ -196,3 +196,13 @@ def test_the_certificate_names_every_address_of_the_node():
     host.name = "@ssh/head"  # a connector's name is no address
     host.data = SimpleNamespace(dict=lambda: {"ray_node_ip": "fe80::1%eth0"})
     assert node_tls.san_addresses(host) == ["fe80::1"]
+
+
+def test_an_unusable_ca_stops_the_deploy_naming_the_host_and_the_file(tmp_path):
+    data = fresh_tls(tmp_path)
+    ca = tls.tls_dir(settings.merge(data)) / "ca.crt"
+    ca.parent.mkdir(parents=True)
+    ca.write_text("not a certificate\n")
+    (ca.parent / "ca.key").write_text("not a key\n")
+    with pytest.raises(node_tls.NodeCertificateError, match=rf"^host @fake/\S+: no TLS certificate .*{ca}: not a PEM"):
+        run_deploy(reference_cluster("ubuntu22", data=data))

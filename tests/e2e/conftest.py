@@ -28,6 +28,7 @@ MODULE_ORDER = (
     "test_lab_monitoring",  # Prometheus on the head: every node scraped, loopback only, removed when off
     "test_lab_monitoring_checks",  # the checks read Prometheus: a stopped node exporter is named
     "test_lab_token",  # one token for the cluster's life
+    "test_lab_tls",  # Ray TLS with the cluster's CA: on, clients refused and admitted, off again
     "test_lab_rolling",  # rolling changes and head failure
     "test_lab_membership",  # grow and shrink
     "test_lab_down",  # teardown leaves nothing

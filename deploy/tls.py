@@ -155,6 +155,50 @@ def tls_digest(ca_pem: bytes, cert_pem: bytes) -> str:
     return hashlib.sha256(b"rayrig-tls\0" + ca_pem + b"\0" + cert_pem).hexdigest()[:16]
 
 
+def fingerprint(cert_pem: bytes) -> str:
+    """The SHA-256 fingerprint of a PEM certificate, 16 hex digits (of the bytes themselves when unreadable)."""
+    try:
+        data = x509.load_pem_x509_certificate(cert_pem).public_bytes(serialization.Encoding.DER)
+    except ValueError:
+        data = cert_pem
+    return hashlib.sha256(data).hexdigest()[:16]
+
+
+def check_cluster_ca(settings: dict[str, Any], head_name: str, head_ca_pem: bytes | None) -> None:
+    """Stop a deploy that would give a running cluster another CA behind its back (``TLSError``).
+
+    ``head_ca_pem`` is the head's :data:`NODE_CA_CERT` (None when it has none: TLS was off, or this is
+    the first deploy). The CA's key never leaves the machine that made it, so a deploy from a machine
+    without the cluster's CA (another laptop, a fresh clone) cannot fetch it the way it fetches the token:
+    it would make a new CA, replace every node and lock out every client certificate. Only ``rayrig tls
+    rotate`` (:func:`rotating`) gives a running cluster a new CA.
+
+        check_cluster_ca(settings, head.name, ca_on_head)  # before ensure_node_certificate, once per run
+    """
+    if head_ca_pem is None or rotating():
+        return
+    folder = tls_dir(settings)
+    local = folder / "ca.crt"
+    what = (
+        "Deploying would give the cluster a new CA, replace every node's ray-node and lock out every client "
+        "certificate, so nothing was changed on any host."
+    )
+    rotate = "run `rayrig tls rotate INVENTORY` to give the cluster a new CA on purpose"
+    if not local.exists():
+        raise TLSError(
+            f"host {head_name}: the cluster runs TLS with a CA (fingerprint {fingerprint(head_ca_pem)}, "
+            f"{NODE_CA_CERT}) and there is no local CA ({local}); its key never leaves the machine that made it. "
+            f"{what} Copy {folder} from the machine that deployed the cluster, or {rotate}."
+        )
+    mine = fingerprint(local.read_bytes())
+    if mine != fingerprint(head_ca_pem):
+        raise TLSError(
+            f"host {head_name}: the local CA {local} (fingerprint {mine}) is not the cluster's "
+            f"({NODE_CA_CERT} on the head has fingerprint {fingerprint(head_ca_pem)}). {what} Put the cluster's "
+            f"CA back in {folder}, or {rotate} (a rotation cut short is finished the same way)."
+        )
+
+
 # --- Subject alternative names --------------------------------------------------------------------
 
 

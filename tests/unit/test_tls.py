@@ -387,3 +387,50 @@ def test_a_rotation_gives_a_cluster_whose_ca_key_is_lost_a_new_ca(settings, monk
     next_run(monkeypatch)
     new = tls.ensure_node_certificate(settings, "gpu-01", SANS)
     assert new.issued and new.ca_pem != old.ca_pem
+
+
+def test_a_first_tls_deploy_or_one_with_the_clusters_ca_goes_on(settings, monkeypatch):
+    tls.check_cluster_ca(settings, "@fake/head", None)  # the head has no CA yet: TLS was off, or first deploy
+    node = tls.ensure_node_certificate(settings, "gpu-01", SANS)
+    tls.check_cluster_ca(settings, "@fake/head", node.ca_pem)
+
+
+def test_a_deploy_without_the_clusters_ca_is_stopped_unless_it_rotates(settings, monkeypatch):
+    node = tls.ensure_node_certificate(settings, "gpu-01", SANS)
+    folder = tls.tls_dir(settings)
+    for name in ("ca.crt", "ca.key"):
+        (folder / name).unlink()  # a fresh clone: the cluster's CA is on another machine
+    with pytest.raises(tls.TLSError) as raised:
+        tls.check_cluster_ca(settings, "@fake/head", node.ca_pem)
+    assert str(raised.value) == (
+        f"host @fake/head: the cluster runs TLS with a CA (fingerprint {tls.fingerprint(node.ca_pem)}, "
+        f"/etc/rayrig/ray/tls/ca.crt) and there is no local CA ({folder / 'ca.crt'}); its key never leaves the "
+        "machine that made it. Deploying would give the cluster a new CA, replace every node's ray-node and lock "
+        "out every client certificate, so nothing was changed on any host. "
+        f"Copy {folder} from the machine that deployed the cluster, "
+        "or run `rayrig tls rotate INVENTORY` to give the cluster a new CA on purpose."
+    )
+    monkeypatch.setenv(tls.ROTATION_ENV, "1")
+    tls.check_cluster_ca(settings, "@fake/head", node.ca_pem)
+
+
+def test_a_deploy_with_another_ca_is_stopped_unless_it_rotates(settings, monkeypatch):
+    old = tls.ensure_node_certificate(settings, "gpu-01", SANS)
+    tls.begin_rotation(settings)
+    new = tls.ensure_node_certificate(settings, "gpu-01", SANS)  # a rotation cut short before the head
+    with pytest.raises(tls.TLSError) as raised:
+        tls.check_cluster_ca(settings, "@fake/head", old.ca_pem)
+    message = str(raised.value)
+    assert message.startswith(
+        f"host @fake/head: the local CA {tls.tls_dir(settings) / 'ca.crt'} (fingerprint {tls.fingerprint(new.ca_pem)}) "
+        f"is not the cluster's (/etc/rayrig/ray/tls/ca.crt on the head has fingerprint {tls.fingerprint(old.ca_pem)})"
+    )
+    assert "(a rotation cut short is finished the same way)" in message
+    monkeypatch.setenv(tls.ROTATION_ENV, "1")
+    tls.check_cluster_ca(settings, "@fake/head", old.ca_pem)
+
+
+def test_the_fingerprint_is_the_certificates_not_its_text(settings):
+    pem = tls.ensure_node_certificate(settings, "gpu-01", SANS).ca_pem
+    assert tls.fingerprint(pem) == tls.fingerprint(pem + b"\n") != tls.fingerprint(b"garbage")
+    assert len(tls.fingerprint(pem)) == 16

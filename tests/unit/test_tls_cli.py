@@ -10,6 +10,7 @@ import pytest
 from deploy import settings, tls
 from rayrig.cli import main
 from rayrig.commands import tls as tls_cmd
+from rayrig.errors import explain
 
 FAKE = "tests/plan/fake_inventory.py"  # a head and two workers, cluster "cluster"
 TLS_ON = {"ray_tls": "on", "ray_tls_renew_days": 30, "ray_tls_validity_days": 397, "ray_tls_ca_validity_days": 3650}
@@ -215,3 +216,11 @@ def test_a_client_certificate_copied_to_a_folder(capsys, deployed, cluster, tmp_
     assert main(["tls", "client-cert", FAKE, "ca", "--out", str(out_dir)]) == 2
     assert "its certificate would overwrite the CA's copy" in capsys.readouterr().err
     assert (out_dir / "ca.crt").read_bytes() == deployed.ca_pem
+
+
+def test_a_tls_error_anywhere_is_one_line_and_exit_1_not_a_bug_report():
+    failure = explain(tls.TLSError("/s/tls/ca.key: missing, while its pair in /s/tls is there; put it back"))
+    assert failure.status == 1 and failure.hint is None
+    assert failure.lines("rayrig deploy") == [
+        "rayrig deploy: /s/tls/ca.key: missing, while its pair in /s/tls is there; put it back"
+    ]

@@ -26,12 +26,14 @@ from io import StringIO
 from typing import Any
 
 from pyinfra.api.exceptions import PyinfraError
+from pyinfra.facts.files import FileContents
 from pyinfra.operations import files
 
 from deploy import tls
+from deploy.facts import fact
 from deploy.memo import run_lock, run_memo
 from deploy.secret_files import put_secret_file
-from deploy.settings import host_data, host_settings, is_hostname, node_address, parse_address
+from deploy.settings import host_data, host_settings, is_hostname, merge, node_address, parse_address
 
 
 class NodeCertificateError(PyinfraError):
@@ -71,6 +73,8 @@ def node_certificate(current_host: Any) -> tls.NodeCertificate | None:
     if current_host.name not in memo:
         with run_lock(current_host.state, "tls_certificates"):  # one CA, made by the first host that needs it
             if current_host.name not in memo:
+                if not memo:  # the first certificate of the run: is the local CA the cluster's?
+                    check_cluster_ca(current_host)
                 try:
                     sans = tls.node_sans(settings, current_host.name, san_addresses(current_host))
                     memo[current_host.name] = tls.ensure_node_certificate(settings, current_host.name, sans)
@@ -80,6 +84,20 @@ def node_certificate(current_host: Any) -> tls.NodeCertificate | None:
                         "Nothing was changed on any host."
                     ) from None
     return memo[current_host.name]
+
+
+def check_cluster_ca(current_host: Any) -> None:
+    """Stop the deploy, before any operation, when the head runs TLS with a CA that is not the local one
+    (``deploy.tls.check_cluster_ca``): another machine's deploy would give the cluster a new CA behind its back."""
+    head = next(h for h in current_host.inventory if merge(host_data(h))["ray_role"] == "head")
+    if not head.connected:  # a run limited to other hosts still asks the head
+        head.connect(reason="to read the cluster's CA certificate", raise_exceptions=True)
+    lines = fact(head, FileContents, tls.NODE_CA_CERT)  # a certificate: public, may be shown with -vvv
+    head_ca = ("\n".join(lines) + "\n").encode() if lines else None
+    try:
+        tls.check_cluster_ca(host_settings(head), head.name, head_ca)
+    except tls.TLSError as error:
+        raise NodeCertificateError(str(error)) from None
 
 
 def certificate_digest(certificate: tls.NodeCertificate | None) -> str | None:

@@ -10,6 +10,7 @@ import json
 from types import SimpleNamespace
 
 import pytest
+from cryptography.hazmat.primitives import serialization
 
 from deploy import node_tls, ray_node, settings, tls
 from tests.plan.fakes.fakehosts import (
@@ -30,6 +31,8 @@ NODES = (HEAD, GPU_WORKER, CPU_WORKER)
 ADDRESSES = {HEAD: "10.0.0.1", GPU_WORKER: "10.0.0.2", CPU_WORKER: "10.0.0.3"}
 TLS_ON = {"ray_tls": "on"}
 KEY_MARK = "PRIVATE KEY"
+#: pyinfra's FileContents command for the head's CA certificate.
+HEAD_CA_READ = f"test -e {tls.NODE_CA_CERT} && cat {tls.NODE_CA_CERT}"
 
 
 def fresh_tls(tmp_path) -> dict[str, str]:
@@ -57,6 +60,7 @@ def with_tls_files(hosts, hash_from: dict[str, str] | None = None):
             tls.NODE_KEY: (cert.key_pem, 600),
         }
         facts = {_stat_matcher(tls.NODE_TLS_DIR): [_stat_line(tls.NODE_TLS_DIR, 700, "directory")]}
+        facts[HEAD_CA_READ] = cert.ca_pem.decode().splitlines()  # what the deploy reads of the head's CA
         for path, (content, mode) in files.items():
             facts[_stat_matcher(path)] = [_stat_line(path, mode)]
             facts[_sha1_matcher(path)] = [f"{hashlib.sha1(content).hexdigest()}  {path}"]
@@ -206,3 +210,31 @@ def test_an_unusable_ca_stops_the_deploy_naming_the_host_and_the_file(tmp_path):
     (ca.parent / "ca.key").write_text("not a key\n")
     with pytest.raises(node_tls.NodeCertificateError, match=rf"^host @fake/\S+: no TLS certificate .*{ca}: not a PEM"):
         run_deploy(reference_cluster("ubuntu22", data=data))
+
+
+def with_head_ca(hosts, ca_pem: bytes):
+    """``hosts`` whose head holds ``ca_pem`` as its CA certificate (a cluster running TLS)."""
+    changed = []
+    for name, data in hosts:
+        if name == HEAD:
+            data = {**data, "fake_responses": {HEAD_CA_READ: ca_pem.decode().splitlines(), **data["fake_responses"]}}
+        changed.append((name, data))
+    return changed
+
+
+def test_a_head_running_another_ca_stops_the_deploy_before_any_change(tmp_path):
+    other = settings.merge({"ray_cluster_name": "other", "ray_auth_token_file": str(tmp_path / "other" / "token")})
+    theirs = tls.ensure_ca(other).public_bytes(serialization.Encoding.PEM)
+    data = fresh_tls(tmp_path)
+    tls.ensure_ca(settings.merge(data))  # this machine has a CA of its own
+    with pytest.raises(node_tls.NodeCertificateError, match=r"^host @fake/head: the local CA .* is not the cluster's"):
+        run_deploy(with_head_ca(reference_cluster("ubuntu22", "converged", data=data), theirs))
+
+
+def test_a_machine_without_the_clusters_ca_is_stopped_before_it_makes_one(tmp_path):
+    other = settings.merge({"ray_cluster_name": "other", "ray_auth_token_file": str(tmp_path / "other" / "token")})
+    theirs = tls.ensure_ca(other).public_bytes(serialization.Encoding.PEM)
+    data = fresh_tls(tmp_path)
+    with pytest.raises(node_tls.NodeCertificateError, match=r"there is no local CA .* Copy"):
+        run_deploy(with_head_ca(reference_cluster("ubuntu22", "converged", data=data), theirs))
+    assert not (tls.tls_dir(settings.merge(data)) / "ca.crt").exists(), "a CA was made all the same"

@@ -247,6 +247,7 @@ def test_the_heads_gcs_port_speaks_only_tls(lab, client_files):
     finally:
         lab.sh(lab.workers[0], f"rm -rf {CLIENT_DIR}")
     plain = bytes.fromhex(answer["plain"])
+    print(f"the GCS answered plain-text HTTP/2 with: {answer['plain'] or 'nothing (it closed the connection)'}")
     assert not is_http2_frame(plain), f"the GCS answered plain-text HTTP/2: {answer['plain']}"
     assert plain == b"" or is_tls_record(plain), f"not a TLS record: {answer['plain']}"
     assert "handshake_error" not in answer, answer

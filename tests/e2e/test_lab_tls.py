@@ -274,6 +274,36 @@ def test_no_key_text_in_the_output_docker_inspect_or_the_journal(lab, tls_on):
             assert KEY_MARK not in lab.sh(h, command), f"{command} on {h['address']} shows key text"
 
 
+def test_tls_rotate_gives_every_node_a_new_ca_and_refuses_the_old_clients(lab, tls_inventory, client_files):
+    folder = tls.tls_dir(LAB_SETTINGS)
+    old_ca = (folder / "ca.crt").read_bytes()
+    ids = {h["address"]: lab.container_id(h) for h in lab.hosts}
+    result = subprocess.run(
+        [sys.executable, "-m", "rayrig", "tls", "rotate", str(tls_inventory)],
+        cwd=repo_root(),
+        env={**os.environ, "RAYRIG_LAB": LAB},
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    OUTPUTS.append(result.stdout + result.stderr)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-6000:]
+    new_ca = (folder / "ca.crt").read_bytes()
+    assert new_ca != old_ca and not (folder / tls.PREVIOUS).exists()
+    for h in lab.hosts:
+        assert lab.sh(h, f"sudo cat {tls.NODE_CA_CERT}").encode() == new_ca, h["address"]
+        assert lab.container_id(h) != ids[h["address"]], f"ray-node on {h['address']} was not replaced"
+    state = cluster_state(lab, expect=HOSTS)
+    assert sorted(n["ip"] for n in state["nodes"]) == sorted(h["address"] for h in lab.hosts)
+    # A client certificate of the previous CA no longer gets in.
+    put_client(lab, client_files / "e2e-client.crt", client_files / "e2e-client.key", client_files / "ca.crt")
+    try:
+        status, said = ray_status(lab, with_tls=True)
+        assert status != 0 and said.count("node_") < HOSTS, said[-2000:]
+    finally:
+        lab.sh(lab.workers[0], f"rm -rf {CLIENT_DIR}")
+
+
 def test_tls_off_converges_in_one_run_and_leaves_ray_node_as_before(lab, before, tls_on):
     run_deploy("inventories/lab.py", "--data", "checks_enabled=False")
     output = run_deploy("inventories/lab.py", "--data", "checks_enabled=False")

@@ -35,10 +35,13 @@ turns any host's data into those options.
 from __future__ import annotations
 
 import shlex
+import signal
 import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -221,16 +224,33 @@ def open_tunnel(plan: TunnelPlan, local_port: int, wait_s: float = 30) -> Tunnel
     process = subprocess.Popen(ssh_command(plan, local_port), stdin=subprocess.DEVNULL, stderr=messages, text=True)
     tunnel = Tunnel(plan, local_port, process, messages)
     deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            failure = tunnel.failure()
-            tunnel.close()
-            raise DashboardError(failure)
-        if _listening(local_port):
-            return tunnel
-        time.sleep(0.2)
-    tunnel.close()
-    raise DashboardError(f"the tunnel to {plan.destination} did not open within {wait_s:.0f} s")
+    try:
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                raise DashboardError(tunnel.failure())
+            if _listening(local_port):
+                return tunnel
+            time.sleep(0.2)
+        raise DashboardError(f"the tunnel to {plan.destination} did not open within {wait_s:.0f} s")
+    except BaseException:  # an error, Ctrl-C or a kill while it opens: no ssh is left behind
+        tunnel.close()
+        raise
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+@contextmanager
+def stopped_by_signals() -> Iterator[None]:
+    """While a tunnel is open: SIGTERM and SIGHUP (a ``kill``, a closed terminal) end the command as
+    Ctrl-C does, so that the code closing the tunnel runs and its ssh does not stay behind listening."""
+    previous = {signum: signal.signal(signum, _interrupt) for signum in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def export_lines(plan: TunnelPlan, local_port: int) -> list[str]:

@@ -1,8 +1,9 @@
 """``rayrig dashboard INVENTORY``: open an SSH tunnel to the head's dashboard (and, with monitoring on,
 Prometheus and Grafana) and say how to use it.
 
-Exit codes: 0 closed with Ctrl-C, 1 the tunnel did not open or ssh ended it (the message has ssh's
-words), 2 bad usage (no such inventory file).
+Exit codes: 0 closed with Ctrl-C (or a ``kill``: SIGTERM, SIGHUP; the tunnel's ssh ends
+too), 1 the tunnel did not open or ssh ended it (the message has ssh's words), 2 bad usage (no
+such inventory file).
 """
 
 from __future__ import annotations
@@ -22,17 +23,18 @@ def _cmd_dashboard(args: argparse.Namespace) -> int:
     if args.print_command:
         print(shlex.join(dashboard.ssh_command(plan, local_port)))
         return 0
-    try:
-        tunnel = dashboard.open_tunnel(plan, local_port)
-    except dashboard.DashboardError as error:
-        raise dashboard.DashboardError(f"cannot open the tunnel to the dashboard: {error}") from None
-    with tunnel:
-        print(dashboard.banner(plan, local_port), flush=True)
+    with dashboard.stopped_by_signals():  # a kill closes the tunnel too
         try:
-            tunnel.process.wait()
-        except KeyboardInterrupt:
-            return 0
-        raise dashboard.DashboardError(f"the tunnel closed: {tunnel.failure()}")
+            tunnel = dashboard.open_tunnel(plan, local_port)
+        except dashboard.DashboardError as error:
+            raise dashboard.DashboardError(f"cannot open the tunnel to the dashboard: {error}") from None
+        with tunnel:
+            try:  # once it is open, Ctrl-C or a kill is how it ends
+                print(dashboard.banner(plan, local_port), flush=True)
+                tunnel.process.wait()
+            except KeyboardInterrupt:
+                return 0
+            raise dashboard.DashboardError(f"the tunnel closed: {tunnel.failure()}")
 
 
 def _port(text: str) -> int:

@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
-import signal
 import sys
 from pathlib import Path
 
@@ -56,21 +55,16 @@ def _usage(args: argparse.Namespace) -> tuple[list[str], Path | None, dict[str, 
     return command, working_dir, jobs.environment(args.env, os.environ)
 
 
-def _terminated(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt  # a `kill` is a Ctrl-C: the tunnel is closed and the user told about the job
-
-
 def _cmd_submit(args: argparse.Namespace) -> int:
     try:
         args = _after_inventory(args)
         command, working_dir, env = _usage(args)
     except ValueError as error:
         raise UsageError(str(error)) from None
-    previous = signal.signal(signal.SIGTERM, _terminated)
-    try:  # the error handler reports a DashboardError or a JobError as one line, exit 1
+    # A kill is a Ctrl-C: the tunnel is closed and the user told about the job. The error handler
+    # reports a DashboardError or a JobError as one line, exit 1.
+    with dashboard.stopped_by_signals():
         return _submit(args, command, jobs.runtime_env(working_dir, env))
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def _submit(args: argparse.Namespace, command: list[str], runtime: dict) -> int:

@@ -5,8 +5,11 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -295,3 +298,68 @@ def test_the_tunnel_of_rayrig_submit_is_the_dashboards_alone():
     plan = dashboard.tunnel_plan(inventory_of("inventories/test.py", [HEAD]), monitoring=False)
     assert plan.forwards == () and plan.elsewhere == ()
     assert dashboard.ssh_command(plan, 8265).count("-L") == 1
+
+
+#: An ssh that does what ``ssh -N -L`` does here: it listens on every forward's local port, notes its
+#: pid, and runs until it is stopped.
+LISTENING_SSH = """#!/usr/bin/env python3
+import os, socket, sys, time
+args = sys.argv[1:]
+sockets = []
+for i, arg in enumerate(args):
+    if arg == "-L":
+        host, port = args[i + 1].split(":")[:2]
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind((host, int(port)))
+        s.listen()
+        sockets.append(s)
+with open(os.environ["FAKE_SSH_PID"], "w") as f:
+    f.write(str(os.getpid()))
+while True:
+    time.sleep(1)
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie (exited, not yet reaped by its parent) counts as gone.
+    return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_a_killed_dashboard_stops_its_ssh_and_frees_the_ports(signum, tmp_path):
+    (tmp_path / "bin").mkdir()
+    fake = tmp_path / "bin" / "ssh"
+    fake.write_text(LISTENING_SSH)
+    fake.chmod(0o755)
+    inventory = tmp_path / "inventory.py"
+    inventory.write_text('heads = [("10.9.9.9", {"ray_role": "head", "ssh_user": "ubuntu"})]\n')
+    ports = [dashboard.free_port() for _ in range(3)]
+    env = {**os.environ, "PATH": f"{fake.parent}:{os.environ['PATH']}", "FAKE_SSH_PID": str(tmp_path / "pid"),
+           "RAYRIG_STATE_DIR": str(tmp_path)}  # fmt: skip
+    command = ["dashboard", str(inventory), "--local-port", str(ports[0]),
+               "--local-prometheus-port", str(ports[1]), "--local-grafana-port", str(ports[2])]  # fmt: skip
+    process = subprocess.Popen(
+        [sys.executable, "-m", "rayrig", *command], cwd=repo_root(), env=env, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert process.stdout.readline().startswith('Dashboard of cluster "cluster": http://127.0.0.1:')
+        ssh = int((tmp_path / "pid").read_text())
+        assert _alive(ssh) and all(dashboard._listening(port) for port in ports)
+        process.send_signal(signum)
+        assert process.wait(timeout=30) == 0
+    finally:
+        process.kill()
+        process.wait()
+    deadline = time.monotonic() + 10
+    while _alive(ssh) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    outlived = _alive(ssh)
+    if outlived:
+        os.kill(ssh, signal.SIGKILL)  # not left behind by a failing test either
+    assert not outlived, "the tunnel's ssh outlived rayrig dashboard"
+    assert not any(dashboard._listening(port) for port in ports)

@@ -103,7 +103,10 @@ PHASE_ROW = re.compile(r"^(?P<phase>[A-Za-z][\w ]*?)\s+(?P<seconds>\d+\.\d)(?:\s
 
 
 def phase_table(output: str, header: str = PHASE_HEADER) -> dict[str, str | None]:
-    """The phase table printed under ``header``: phase -> its slowest host (None: no host named)."""
+    """The phase table printed under ``header``: phase -> its slowest host (None: no host named).
+
+    Without the "other" row: the fakes' few operations outside any step are instant, but on a
+    loaded machine they may reach the 0.05 s from which the table shows them."""
     _before, found, after = output.partition(header + "\n")
     assert found, output[-3000:]
     rows = {}
@@ -111,7 +114,8 @@ def phase_table(output: str, header: str = PHASE_HEADER) -> dict[str, str | None
         match = PHASE_ROW.match(line)
         if not match:
             break
-        rows[match["phase"]] = match["host"]
+        if match["phase"] != "other":
+            rows[match["phase"]] = match["host"]
     return rows
 
 
@@ -123,7 +127,7 @@ def test_the_deploy_ends_with_the_wall_time_of_each_phase_and_its_slowest_host(d
     rows = phase_table(output)
     expected = ["facts and plan", "base packages", "Docker", "image pull", "NVIDIA", "firewall", "Ray start"]
     expected.append("monitoring")
-    assert list(rows) == [*expected, "total"], rows  # the fakes' operations are instant: no "other"
+    assert list(rows) == [*expected, "total"], rows
     assert rows["facts and plan"] is None and rows["total"] is None
     assert rows["NVIDIA"] == "@fake/worker-1"  # the only GPU host
     assert all(rows[phase] in {"@fake/head", "@fake/worker-1", "@fake/worker-2"} for phase in expected[1:])

@@ -22,6 +22,7 @@ import pytest
 from cloud import ssh as remote
 from deploy import auth, firewall, ray_temp, settings
 from deploy.paths import repo_root
+from rayrig.dashboard import free_port
 from tests.e2e.labkit import (
     ANSI,
     BUCKET,
@@ -200,8 +201,11 @@ def test_rayrig_dashboard_tunnels_to_the_heads_dashboard(lab, first_deploy):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
+    # Prometheus not on 9090 here: this machine may run a Prometheus of its own.
+    command = [sys.executable, "-m", "rayrig", "dashboard", "inventories/lab.py", "--local-port", str(port),
+               "--local-prometheus-port", str(free_port())]  # fmt: skip
     process = subprocess.Popen(
-        [sys.executable, "-m", "rayrig", "dashboard", "inventories/lab.py", "--local-port", str(port)],
+        command,
         cwd=repo_root(),
         env={**os.environ, "RAYRIG_LAB": LAB},
         stdout=subprocess.PIPE,

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from deploy.paths import repo_root
+from rayrig.dashboard import free_port
 from tests.e2e.labkit import LAB, Lab, cluster_token
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -99,12 +100,15 @@ def test_no_wait_returns_the_job_id_and_rays_own_cli_follows_it_with_the_dashboa
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     tunnel = subprocess.Popen(
-        [sys.executable, "-m", "rayrig", "dashboard", "inventories/lab.py", "--local-port", str(port)],
+        [sys.executable, "-m", "rayrig", "dashboard", "inventories/lab.py", "--local-port", str(port),
+         "--local-prometheus-port", str(free_port())],  # not 9090: this machine may run a Prometheus of its own
         cwd=repo_root(), env={**os.environ, "RAYRIG_LAB": LAB}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         text=True,
     )  # fmt: skip
     try:
-        banner = [tunnel.stdout.readline() for _ in range(7)]
+        banner = []  # its length depends on what else it forwards (Prometheus, Grafana): up to the last export
+        while len(banner) < 20 and not (banner and banner[-1].startswith("export RAY_AUTH_TOKEN_PATH=")):
+            banner.append(tunnel.stdout.readline())
         exports = dict(
             line.removeprefix("export ").strip().split("=", 1) for line in banner if line.startswith("export ")
         )

@@ -65,6 +65,28 @@ PROBE = textwrap.dedent(
         except OSError:
             pass
     result["plain"] = got.hex()
+    # A TLS ClientHello (made by Python's ssl, sent raw): the raw bytes that come back.
+    hello_context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    hello_context.check_hostname = False
+    hello_context.verify_mode = ssl.CERT_NONE
+    hello_context.set_alpn_protocols(["h2"])
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    try:
+        hello_context.wrap_bio(incoming, outgoing).do_handshake()
+    except ssl.SSLWantReadError:
+        pass
+    with socket.create_connection((host, port), timeout=10) as raw:
+        raw.sendall(outgoing.read())
+        back = b""
+        try:
+            while len(back) < 16:
+                chunk = raw.recv(4096)
+                if not chunk:
+                    break
+                back += chunk
+        except OSError:
+            pass
+    result["hello"] = back[:16].hex()
     if os.path.exists("/tls/ca.crt"):
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
         context.load_verify_locations("/tls/ca.crt")
@@ -250,6 +272,8 @@ def test_the_heads_gcs_port_speaks_only_tls(lab, client_files):
     print(f"the GCS answered plain-text HTTP/2 with: {answer['plain'] or 'nothing (it closed the connection)'}")
     assert not is_http2_frame(plain), f"the GCS answered plain-text HTTP/2: {answer['plain']}"
     assert plain == b"" or is_tls_record(plain), f"not a TLS record: {answer['plain']}"
+    hello = bytes.fromhex(answer["hello"])
+    assert is_tls_record(hello) and hello[0] == 0x16, f"a ClientHello got no TLS handshake back: {answer['hello']}"
     assert "handshake_error" not in answer, answer
     assert lab.head["address"] in answer["sans"], answer
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import textwrap
@@ -198,9 +197,7 @@ def test_rayrig_dashboard_tunnels_to_the_heads_dashboard(lab, first_deploy):
     import urllib.error
     import urllib.request
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     # Prometheus not on 9090 here: this machine may run a Prometheus of its own.
     command = [sys.executable, "-m", "rayrig", "dashboard", "inventories/lab.py", "--local-port", str(port),
                "--local-prometheus-port", str(free_port())]  # fmt: skip

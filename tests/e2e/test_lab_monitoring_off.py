@@ -13,15 +13,10 @@ from __future__ import annotations
 import pytest
 
 from deploy import monitoring_exporters as mon
-from deploy import settings
 from tests.e2e.labkit import HOSTS, Lab, changed_operations, cluster_state, deploy
-from tests.e2e.test_lab_monitoring import listeners
+from tests.e2e.test_lab_monitoring import LAB_INVENTORY, NODE_PORT, listeners
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
-
-LAB_INVENTORY = "inventories/lab.py"
-NODE_PORT = settings.defaults()["monitoring_ports"]["node_exporter"]
-
 
 def test_monitoring_off_leaves_no_exporter_prometheus_unit_or_rule(lab: Lab, first_deploy):
     off = deploy(LAB_INVENTORY, "--data", "monitoring_enabled=false")

@@ -11,7 +11,6 @@ printed nowhere.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import textwrap
@@ -96,9 +95,7 @@ def test_no_wait_returns_the_job_id_and_rays_own_cli_follows_it_with_the_dashboa
     assert submitted.returncode == 0, submitted.stderr[-3000:]
     job_id = submitted.stdout.strip()
     assert job_id.startswith("raysubmit_") and "ray job logs -f" in submitted.stderr
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     tunnel = subprocess.Popen(
         [sys.executable, "-m", "rayrig", "dashboard", "inventories/lab.py", "--local-port", str(port),
          "--local-prometheus-port", str(free_port())],  # not 9090: this machine may run a Prometheus of its own

@@ -40,7 +40,7 @@ KEY_MARK = "PRIVATE KEY"
 RAY_STATUS = (
     "sudo docker run --rm --network=host -e RAY_AUTH_MODE=token -e RAY_AUTH_TOKEN_PATH=/token "
     f"--mount type=bind,src={auth.NODE_TOKEN_PATH},dst=/token,readonly {{tls}} {{image}} "
-    "timeout 60 ray status --address {head}:{port}"
+    "timeout {seconds} ray status --address {head}:{port}"
 )
 CLIENT_TLS = (
     f"--mount type=bind,src={CLIENT_DIR},dst=/tls,readonly -e RAY_USE_TLS=1 -e RAY_TLS_SERVER_CERT=/tls/client.crt "
@@ -143,8 +143,8 @@ def container_env(lab: Lab, h: dict) -> list[str]:
 
 @pytest.fixture(scope="module")
 def before(lab, first_deploy):
-    """ray-node on ``inventories/lab.py`` (TLS off) before this module changes anything."""
-    run_deploy("inventories/lab.py", "--data", "checks_enabled=False")
+    """ray-node's configuration before this module changes anything: the scenarios before it end on
+    ``inventories/lab.py`` (TLS off)."""
     return config_hashes(lab)
 
 
@@ -188,9 +188,15 @@ def put_client(lab: Lab, cert: Path, key: Path, ca: Path) -> None:
         assert status == 0, said
 
 
-def ray_status(lab: Lab, with_tls: bool) -> tuple[int, str]:
+def ray_status(lab: Lab, with_tls: bool, refused: bool = False) -> tuple[int, str]:
+    """``ray status`` from a worker; a client that should be ``refused`` gets 20 s (Ray retries until its
+    own timeout, about 40 s, before it gives up), one that should get in 60 s."""
     command = RAY_STATUS.format(
-        tls=CLIENT_TLS if with_tls else "", image=lab.state["image"], head=lab.head["address"], port=ray_ports()["gcs"]
+        tls=CLIENT_TLS if with_tls else "",
+        image=lab.state["image"],
+        head=lab.head["address"],
+        port=ray_ports()["gcs"],
+        seconds=20 if refused else 60,
     )
     return remote.run(lab.target(lab.workers[0]), command, timeout=180)
 
@@ -237,7 +243,7 @@ def test_a_rerun_with_tls_on_changes_nothing(lab, tls_on, tls_inventory):
 
 def test_a_client_with_the_token_but_no_certificate_is_refused(lab, tls_on):
     lab.sh(lab.workers[0], f"rm -rf {CLIENT_DIR}")
-    status, said = ray_status(lab, with_tls=False)
+    status, said = ray_status(lab, with_tls=False, refused=True)
     assert status != 0 and said.count("node_") < HOSTS, said[-2000:]
 
 
@@ -247,7 +253,7 @@ def test_a_client_with_a_certificate_of_another_ca_is_refused(lab, tls_on, tmp_p
     cert, key = tls.issue_client_certificate(other, "intruder")
     put_client(lab, cert, key, tls.tls_dir(other) / "ca.crt")
     try:
-        status, said = ray_status(lab, with_tls=True)
+        status, said = ray_status(lab, with_tls=True, refused=True)
         assert status != 0 and said.count("node_") < HOSTS, said[-2000:]
     finally:
         lab.sh(lab.workers[0], f"rm -rf {CLIENT_DIR}")
@@ -303,7 +309,7 @@ def test_tls_rotate_gives_every_node_a_new_ca_and_refuses_the_old_clients(lab, t
     old_ca = (folder / "ca.crt").read_bytes()
     ids = {h["address"]: lab.container_id(h) for h in lab.hosts}
     result = subprocess.run(
-        [sys.executable, "-m", "rayrig", "tls", "rotate", str(tls_inventory)],
+        [sys.executable, "-m", "rayrig", "tls", "rotate", str(tls_inventory), "--data", "checks_enabled=False"],
         cwd=repo_root(),
         env={**os.environ, "RAYRIG_LAB": LAB},
         capture_output=True,
@@ -322,7 +328,7 @@ def test_tls_rotate_gives_every_node_a_new_ca_and_refuses_the_old_clients(lab, t
     # A client certificate of the previous CA no longer gets in.
     put_client(lab, client_files / "e2e-client.crt", client_files / "e2e-client.key", client_files / "ca.crt")
     try:
-        status, said = ray_status(lab, with_tls=True)
+        status, said = ray_status(lab, with_tls=True, refused=True)
         assert status != 0 and said.count("node_") < HOSTS, said[-2000:]
     finally:
         lab.sh(lab.workers[0], f"rm -rf {CLIENT_DIR}")

@@ -423,3 +423,28 @@ PROPERTIES.update(
         },
     }
 )
+
+# Ray TLS between nodes (deploy/tls.py): one CA per cluster, a certificate per node.
+CLUSTER_WIDE += ("ray_tls", "ray_tls_ca_validity_days")
+PROPERTIES.update(
+    {
+        "ray_tls": {"enum": ["off", "on"], "x-expected": '"off" or "on"'},
+        "ray_tls_renew_days": {
+            "type": "integer",
+            "minimum": 1,
+            "x-expected": "a number of days of at least 1 (a certificate expiring within it is reissued)",
+        },
+        "ray_tls_validity_days": {
+            "type": "integer",
+            "minimum": 2,
+            "maximum": 3650,
+            "x-expected": "a number of days from 2 to 3650 (how long node and client certificates last)",
+        },
+        "ray_tls_ca_validity_days": {
+            "type": "integer",
+            "minimum": 2,
+            "maximum": 36500,
+            "x-expected": "a number of days from 2 to 36500 (how long the cluster's CA lasts)",
+        },
+    }
+)

@@ -68,7 +68,18 @@ from pyinfra.api import deploy
 from pyinfra.api.exceptions import PyinfraError
 from pyinfra.operations import files, server, systemd
 
-from deploy import auth, env_secret, firewall, gcs_store, monitoring_config, monitoring_server, ray_temp, rolling
+from deploy import (
+    auth,
+    env_secret,
+    firewall,
+    gcs_store,
+    monitoring_config,
+    monitoring_server,
+    node_tls,
+    ray_temp,
+    rolling,
+    tls,
+)
 from deploy.base import platform
 from deploy.cluster_token import settle_token_once
 from deploy.facts import ContainerState, DockerImageId, HostInfo, NvidiaDevices, fact
@@ -198,6 +209,7 @@ def docker_run_args(
     nofile: int | None,
     token_digest: str | None = None,
     monitoring: bool = False,
+    tls_digest: str | None = None,
 ) -> list[str]:
     """``docker create`` arguments for the ray-node container, without the hash label.
 
@@ -207,7 +219,9 @@ def docker_run_args(
     (the unit is PartOf= their units, so a remount restarts the container and it
     sees the new one; no mount propagation is needed). ``monitoring``: the head is the monitoring
     host; its dashboard finds Prometheus and Grafana, and it writes Ray's Grafana dashboards to a
-    folder shared with the host (:func:`deploy.monitoring_config.ray_head_env`).
+    folder shared with the host (:func:`deploy.monitoring_config.ray_head_env`). ``tls_digest``
+    (:func:`deploy.node_tls.certificate_digest`) is set when Ray TLS is on: the node's TLS folder is
+    mounted read-only, Ray's TLS variables name its files, and a new certificate replaces the container.
     """
     args = [
         "docker", "create",
@@ -225,12 +239,14 @@ def docker_run_args(
         **(monitoring_config.ray_head_env(settings) if monitoring else {}),  # ray_env may set them otherwise
         **settings["ray_env"],
         **auth.container_env(settings),
+        **tls.container_env(settings),  # {} when ray_tls is off
     }
     args += [f"--env={name}={value}" for name, value in sorted(env.items())]
     args += env_secret.run_args(settings)  # ray_env_secret: from a 0600 file, never on the command line
     if settings["ray_auth"] == "token":
         token = auth.NODE_TOKEN_PATH
         args += [f"--label={TOKEN_LABEL}={token_digest}", f"--mount=type=bind,src={token},dst={token},readonly"]
+    args += node_tls.run_args(settings, tls_digest)
     args += [f"--mount=type=bind,src={p},dst={p}" for p in mount_points(settings)]
     args.append(ray_temp.mount_arg(settings))  # Ray's sessions, logs and spilled objects on the host
     args += gcs_store.mount_args(settings, role)
@@ -316,7 +332,8 @@ def desired_run_args(current_host: Any) -> tuple[str, list[str]]:
     token = settle_token_once(current_host.state, inventory) if settings["ray_auth"] == "token" else None
     digest = auth.token_digest(token) if token else None
     monitoring = monitoring_server.head_runs_monitoring(current_host)
-    return role, docker_run_args(settings, role, start, num_gpus, shm, nofile, digest, monitoring)
+    certificate = node_tls.certificate_digest(node_tls.node_certificate(current_host))
+    return role, docker_run_args(settings, role, start, num_gpus, shm, nofile, digest, monitoring, certificate)
 
 
 def node_view(current_host: Any) -> rolling.Node:
@@ -412,6 +429,9 @@ def ray_node() -> None:
             dest=auth.NODE_TOKEN_PATH,
         )
         own_files.append(f'chown "$({uid})" {auth.NODE_TOKEN_PATH}')  # and 0600
+    certificate = node_tls.node_certificate(host)
+    if certificate:
+        own_files.append(node_tls.install_files(certificate, uid))
 
     if settings["ray_env_secret"]:
         files.directory(
@@ -457,6 +477,8 @@ def ray_node() -> None:
             enabled=True,
         )
         if not view.replace:
+            if not certificate:
+                node_tls.remove_files()
             return
 
     note_replacement(host.state, host.name)  # the post-deploy checks run the benchmark after a replacement
@@ -495,3 +517,5 @@ def ray_node() -> None:
         with rolling.own_slot(host, index):  # one operation per batch, run in batch order
             started = server.shell(name=rolling.batch_step_name(index, batches), commands=replace)
         gate.watch(host.name, started, f"batch {index + 1} of {len(batches)}")
+    if not certificate:
+        node_tls.remove_files()  # once ray-node runs without the folder: a restored previous one may mount it

@@ -140,6 +140,7 @@ def validate_host(name: str, data: Mapping[str, Any], host_names: Collection[str
         problems += _temp_dir_problems(name, merged)
         problems += _monitoring_server_problems(name, merged)
         problems += _monitoring_problems(name, merged)
+        problems += _tls_problems(name, merged)
     return problems
 
 
@@ -512,6 +513,44 @@ def _monitoring_host_problems(
     if resolve_monitoring_host(value, present) is None:
         return [Problem(first, "monitoring_host", value, "the name or address of a present host of this inventory")]
     return []
+
+
+#: ray_env names that would fight ray_tls: rayrig sets Ray's TLS variables itself (deploy/tls.py).
+_TLS_ENV_PREFIXES = ("RAY_USE_TLS", "RAY_TLS_")
+
+
+def _tls_problems(name: str, merged: Mapping[str, Any]) -> list[Problem]:
+    """Ray TLS: certificates that outlive their renewal window and their CA; no TLS variable in ray_env.
+
+    ``ray_tls = "on"`` with ``ray_auth = "none"`` is allowed: TLS authenticates nodes by their
+    certificates, the token clients; either may be on without the other.
+    """
+    problems = [
+        Problem(name, f"ray_env[{key!r}]", merged["ray_env"][key], f"no {key}: set ray_tls instead")
+        for key in sorted(merged["ray_env"])
+        if key.startswith(_TLS_ENV_PREFIXES)
+    ]
+    renew, validity = merged["ray_tls_renew_days"], merged["ray_tls_validity_days"]
+    if validity <= renew:
+        problems.append(
+            Problem(
+                name,
+                "ray_tls_validity_days",
+                validity,
+                f"more days than ray_tls_renew_days = {renew} (else every deploy would reissue every certificate)",
+            )
+        )
+    ca_validity = merged["ray_tls_ca_validity_days"]
+    if ca_validity <= validity:
+        problems.append(
+            Problem(
+                name,
+                "ray_tls_ca_validity_days",
+                ca_validity,
+                f"more days than ray_tls_validity_days = {validity} (a certificate cannot outlive its CA)",
+            )
+        )
+    return problems
 
 
 def check_inventory(inventory: Any) -> None:

@@ -1,4 +1,4 @@
-"""The ``rayrig`` command: the local lab, images, EC2 clusters, deploys and checks, the cluster's token.
+"""The ``rayrig`` command: the local lab, images, EC2 clusters, deploys and checks, the cluster's token and CA.
 
 Each command area (``rayrig/commands/``) registers its own subcommands; this module only wires them up
 and runs the chosen one through ``rayrig.errors``, which turns a failure into one line on stderr.
@@ -14,13 +14,13 @@ from collections.abc import Iterator, Sequence
 
 from images import RAY_VERSION
 from rayrig import __version__
-from rayrig.commands import cloud, dashboard, deploy, image, lab, operate, submit, token
+from rayrig.commands import cloud, dashboard, deploy, image, lab, operate, submit, tls, token
 from rayrig.errors import run_command
 
 #: Command modules whose ``register(subparsers)`` adds one area each, in ``rayrig --help``'s order:
-#: ``rayrig lab ...``, ``rayrig image ...``, ``rayrig cloud ...``, deploy/check/demo, ``rayrig token ...``, dashboard,
-#: and the day-to-day commands on a running cluster (status, ssh, exec, logs, submit).
-AREAS = (lab, image, cloud, deploy, token, dashboard, operate, submit)
+#: ``rayrig lab ...``, ``rayrig image ...``, ``rayrig cloud ...``, deploy/check/demo, ``rayrig token ...``,
+#: ``rayrig tls ...``, dashboard, and the day-to-day commands on a running cluster (status, ssh, exec, logs, submit).
+AREAS = (lab, image, cloud, deploy, token, tls, dashboard, operate, submit)
 
 
 def version() -> str:

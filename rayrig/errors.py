@@ -35,6 +35,7 @@ from cloud.ec2 import CloudError, SpecError
 from cloud.ec2.aws import explain_error
 from cloud.lab import LabError
 from deploy.auth import TokenError
+from deploy.tls import TLSError
 from images.stream import CommandError
 from rayrig.dashboard import DashboardError
 from rayrig.inventory import OperateError
@@ -155,7 +156,7 @@ def explain(exc: BaseException) -> Failure:
         return Failure(message, None, exc.status, details)
     if isinstance(exc, SpecError):
         return _spec_failure(exc)
-    if isinstance(exc, (CloudError, LabError, TokenError, PyinfraError, JobError)):
+    if isinstance(exc, (CloudError, LabError, TokenError, TLSError, PyinfraError, JobError)):
         message, details = _first_and_rest(str(exc))
         return Failure(message, None, EXIT_FAILURE, details)
     if isinstance(exc, CommandError):

@@ -52,6 +52,12 @@ ray_gcs_storage_path = "/var/lib/rayrig/gcs"  # the head's folder of that store 
 ray_cluster_name = "cluster"  # names the cluster: its token in the state directory, its check reports
 ray_auth = "token"  # "token": Ray token authentication (one token per cluster); "none": no authentication
 ray_auth_token_file = None  # the operator's copy of the token; None: .rayrig/clusters/<ray_cluster_name>/ray_auth_token
+# Ray TLS between nodes: one CA per cluster (0600 key beside the token, never leaves this machine), a key and
+# certificate per node mounted read-only into ray-node; covers Ray's gRPC, not the dashboard's or metrics' HTTP.
+ray_tls = "off"  # "on": mutual TLS on every Ray gRPC channel (GCS, raylets, objects, workers, Ray Client); "off": none
+ray_tls_renew_days = 30  # a deploy reissues a node certificate that expires within this many days
+ray_tls_validity_days = 397  # how long node and client certificates last (must exceed ray_tls_renew_days)
+ray_tls_ca_validity_days = 3650  # how long the cluster's CA lasts (a new CA: `rayrig tls rotate INVENTORY`)
 
 # --- Docker ----------------------------------------------------------------
 docker_source = "distro"  # where the engine comes from: "distro" packages or Docker's "docker" repository

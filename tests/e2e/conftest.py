@@ -27,6 +27,7 @@ MODULE_ORDER = (
     "test_lab_monitoring",  # node exporters and Prometheus: every node scraped, ports members-only, loopback
     "test_lab_monitoring_checks",  # the checks read Prometheus: a stopped node exporter is named
     "test_lab_token",  # one token for the cluster's life
+    "test_lab_tls",  # Ray TLS with the cluster's CA: on, clients refused and admitted, off again
     "test_lab_rolling",  # rolling changes and head failure
     "test_lab_membership",  # grow and shrink
     "test_lab_monitoring_off",  # monitoring off leaves nothing of it (last: no deploy turns it on again)

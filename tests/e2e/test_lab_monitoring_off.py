@@ -18,6 +18,7 @@ from tests.e2e.test_lab_monitoring import LAB_INVENTORY, NODE_PORT, listeners
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
+
 def test_monitoring_off_leaves_no_exporter_prometheus_unit_or_rule(lab: Lab, first_deploy):
     off = deploy(LAB_INVENTORY, "--data", "monitoring_enabled=false")
     assert off.returncode == 0, "the deploy with monitoring off failed"

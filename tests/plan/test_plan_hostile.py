@@ -103,6 +103,7 @@ def test_the_corpus_reaches_every_string_key_of_the_schema():
         "ray_ulimit_nofile", "ray_image_pull_timeout_s", "image_mirror_port",
         "monitoring_enabled", "monitoring_ports", "monitoring_prometheus_port", "monitoring_grafana",
         "monitoring_grafana_port", "checks_monitoring", "checks_monitoring_window_s",
+        "ray_tls_renew_days", "ray_tls_validity_days", "ray_tls_ca_validity_days",
     }  # fmt: skip
     assert set(schema.PROPERTIES) - tops == numbers_and_flags
     # nested items, mapping values and mapping keys are slots too

@@ -70,6 +70,8 @@ SKIPPED_AT_RUN_TIME = {
     "rayrig deploy": "runs pyinfra against an inventory's hosts; the plan tier runs it on @fake hosts",
     "rayrig check": "runs the checks on hosts; the plan and e2e tiers run them",
     "rayrig token rotate": "deploys a new token to hosts; tests/unit/test_token_cli.py runs it on @fake hosts",
+    "rayrig tls rotate": "deploys a new CA to hosts; tests/unit/test_tls_cli.py runs it around a stubbed deploy",
+    "rayrig tls client-cert": "needs a cluster's CA; tests/unit/test_tls_cli.py runs it with one",
 }
 
 STUBS = {

@@ -270,10 +270,30 @@ def ensure_placement_group(build: Build) -> None:
 
 
 def ensure_instance_profile(build: Build) -> None:
-    """The instance profile the instances get: the spec's own, or rayrig's role for ``s3_buckets`` (``iam.py``)."""
+    """The instance profile the instances get: the spec's own, or rayrig's role for ``s3_buckets`` (``iam.py``);
+    instances launched before the spec asked for one get it attached."""
     build.instance_profile = iam.ensure_instance_profile(
         build.aws, build.spec, build.existing.iam, build.tags("iam"), build.ledger.add
     )
+    if build.instance_profile is None:
+        return
+    wanted = next(iter(build.instance_profile.values()))
+    for group in build.existing.instances.values():
+        for instance in group:
+            have = instance.get("IamInstanceProfile", {}).get("Arn")
+            if have is None:
+                build.say(f"  attaching instance profile {wanted} to {instance['InstanceId']}")
+                with aws_step(f"attaching instance profile {wanted} to {instance['InstanceId']}", build.spec.region):
+                    settled(
+                        build.ec2.associate_iam_instance_profile,
+                        IamInstanceProfile=build.instance_profile,
+                        InstanceId=instance["InstanceId"],
+                    )
+            elif not (have == wanted or have.endswith(f"/{wanted}")):
+                build.say(
+                    f"  {instance['InstanceId']} keeps instance profile {have}, not {wanted}: "
+                    "replace it in the EC2 console, or take the cluster down and up again"
+                )
 
 
 #: How many spent client tokens one slot may meet before rayrig gives up (each is an instance that ended).

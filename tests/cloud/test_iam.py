@@ -307,3 +307,18 @@ def test_an_s3_mount_on_the_instance_profile_needs_one_that_reaches_its_bucket(
     assert load_spec(write_spec(host_data=data, iam_instance_profile="reader"))
     keyed = {**data, "storage_s3_credentials": {"access_key_id": "AKIAEXAMPLE", "secret_access_key": "x" * 40}}
     assert load_spec(write_spec(host_data=keyed))
+
+
+def test_instances_launched_without_a_profile_get_it_when_the_spec_asks_for_one(
+    write_spec: Callable[..., Path], no_ssh: Any, iam: Any, aws: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bring_up(write_spec(), no_ssh)
+    bring_up(write_spec(s3_buckets=["datasets"]), no_ssh)
+
+    arn = iam.get_instance_profile(InstanceProfileName="rayrig-sprint42")["InstanceProfile"]["Arn"]
+    flt = [{"Name": "tag:rayrig:cluster", "Values": ["sprint42"]}]
+    described = [
+        i for r in raw_client("ec2", aws).describe_instances(Filters=flt)["Reservations"] for i in r["Instances"]
+    ]
+    assert [i.get("IamInstanceProfile", {}).get("Arn") for i in described] == [arn] * 3
+    assert capsys.readouterr().out.count(f"attaching instance profile {arn} to i-") == 3

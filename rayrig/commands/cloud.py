@@ -81,8 +81,9 @@ def format_clusters(clusters: list[ClusterInfo], now: dt.datetime) -> list[str]:
 
 
 def up_cmd(args: argparse.Namespace) -> int:
-    """``rayrig cloud up SPEC``: 0 once the cluster runs and SSH answers, 1 on failure, 2 for a bad spec
-    (``SpecError``, which ``rayrig.errors`` prints with every problem)."""
+    """``rayrig cloud up SPEC [--deploy]``: 0 once the cluster runs and SSH answers (with ``--deploy``: and the
+    deploy and its checks passed), 1 on failure, 2 for a bad spec (``SpecError``, which ``rayrig.errors`` prints
+    with every problem) or ``--deploy`` with ``--no-wait-ssh``."""
     if args.deploy and args.no_wait_ssh:
         raise UsageError("--deploy and --no-wait-ssh: the deploy needs SSH", "drop --no-wait-ssh")
     spec = load_spec(args.spec)

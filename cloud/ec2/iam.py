@@ -104,7 +104,7 @@ def buckets_text(buckets: tuple[S3Bucket, ...]) -> str:
 
 @dataclass
 class IamFound:
-    """The cluster's IAM resources as ``up`` finds them (None: missing), and the profile to attach."""
+    """The cluster's IAM resources as ``up`` finds them: role, its inline policy, profile (None: missing)."""
 
     role: dict[str, Any] | None = None
     policy: dict[str, Any] | None = None

@@ -10,8 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from botocore.exceptions import ClientError
 
 from cloud import ec2
+from cloud.ec2 import aws as ec2_aws
 from cloud.ec2 import waits
 from cloud.ec2.spec import SpecError, load_spec
 from cloud.ec2.teardown import tagged_leftovers
@@ -322,3 +324,30 @@ def test_instances_launched_without_a_profile_get_it_when_the_spec_asks_for_one(
     ]
     assert [i.get("IamInstanceProfile", {}).get("Arn") for i in described] == [arn] * 3
     assert capsys.readouterr().out.count(f"attaching instance profile {arn} to i-") == 3
+
+
+class _DeniedIam:
+    """An IAM client whose every call is refused, as for credentials without IAM permissions."""
+
+    def __getattr__(self, operation: str) -> Any:
+        def refuse(*_: Any, **__: Any) -> Any:
+            raise ClientError({"Error": {"Code": "AccessDenied", "Message": "not authorized"}}, operation)
+
+        return refuse
+
+    def get_paginator(self, operation: str) -> Any:
+        return self
+
+
+def test_credentials_that_may_not_read_iam_take_down_a_cluster_without_a_role(
+    write_spec: Callable[..., Path], no_ssh: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bring_up(write_spec(), no_ssh)
+    real_client = ec2_aws.Aws.client
+    monkeypatch.setattr(
+        ec2_aws.Aws, "client", lambda self, service: _DeniedIam() if service == "iam" else real_client(self, service)
+    )
+    capsys.readouterr()
+
+    assert run_cli("cloud", "down", "sprint42") == 0
+    assert "Nothing is left with the tag rayrig:cluster=sprint42" in capsys.readouterr().out

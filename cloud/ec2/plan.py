@@ -190,8 +190,8 @@ class Plan:
 
     @property
     def creates(self) -> bool:
-        """Whether the plan creates anything (or starts stopped instances)."""
-        return any(action in ("create", "start") for action, _ in self.lines)
+        """Whether the plan creates anything (or starts stopped instances, or changes what a role allows)."""
+        return any(action in ("create", "start", "update") for action, _ in self.lines)
 
 
 def make_plan(spec: ClusterSpec, existing: Existing, ports: Mapping[str, int]) -> Plan:

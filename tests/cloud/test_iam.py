@@ -351,3 +351,16 @@ def test_credentials_that_may_not_read_iam_take_down_a_cluster_without_a_role(
 
     assert run_cli("cloud", "down", "sprint42") == 0
     assert "Nothing is left with the tag rayrig:cluster=sprint42" in capsys.readouterr().out
+
+
+def test_a_changed_bucket_list_is_confirmed_like_a_creation(
+    write_spec: Callable[..., Path], no_ssh: Any, iam: Any
+) -> None:
+    bring_up(write_spec(s3_buckets=["datasets"]), no_ssh)
+    changed = load_spec(write_spec(s3_buckets=[{"name": "datasets", "write": True}]))
+
+    with pytest.raises(ec2.CloudError, match="not confirmed"):
+        ec2.up(changed, confirm=lambda question: False, ssh_probe=no_ssh, say=print)
+
+    policy = iam.get_role_policy(RoleName="rayrig-sprint42", PolicyName="rayrig-s3")["PolicyDocument"]
+    assert allowed(policy)["arn:aws:s3:::datasets/*"] == {"s3:GetObject"}  # still read only

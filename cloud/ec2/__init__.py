@@ -9,7 +9,10 @@
    and outbound internet unless the spec turns it off;
 3. the key pair ``rayrig-NAME`` imported from the spec's public key;
 4. a cluster placement group ``rayrig-NAME`` for the workers (when asked for);
-5. the head and the workers: IMDSv2 required, an encrypted gp3 root volume,
+5. the instance profile: the spec's own (``iam_instance_profile``), or a role
+   ``rayrig-NAME`` reading (and writing) exactly the spec's ``s3_buckets``
+   (``iam``);
+6. the head and the workers: IMDSv2 required, an encrypted gp3 root volume,
    spot or on-demand;
 
 then waits until the instances run and SSH answers. Before it creates anything
@@ -32,9 +35,9 @@ tag in the region ``up`` recorded, then lists whatever still carries the tag
 
 The modules, in the order a run of ``up`` meets them: ``spec`` (the file),
 ``aws`` (clients, errors, tags), ``ami`` (the AMI and instance types),
-``rules`` (the security group), ``plan`` (discover and plan), ``apply`` (one
-ensure-step per resource), ``waits`` (polling), ``state`` (what this machine
-remembers), ``bring_up``; then ``teardown`` (down, ls, reap) and ``inventory``.
+``rules`` (the security group), ``iam`` (the instance profile), ``plan``
+(discover and plan), ``apply`` (one ensure-step per resource), ``waits``
+(polling), ``state`` (what this machine remembers), ``bring_up``; then ``teardown`` (down, ls, reap) and ``inventory``.
 The command line is ``rayrig/commands/cloud.py``.
 """
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from cloud.ec2 import iam
 from cloud.ec2.ami import Ami
 from cloud.ec2.aws import (
     LIVE_STATES,
@@ -80,6 +81,7 @@ class Build:
     group_id: str = ""
     key_pair_id: str = ""
     placement: str | None = None
+    instance_profile: dict[str, str] | None = None  # RunInstances' IamInstanceProfile
 
     @property
     def ec2(self) -> Any:
@@ -114,6 +116,7 @@ def apply(build: Build, plan: Plan) -> list[dict[str, Any]]:
     ensure_security_group(build)
     ensure_key_pair(build)
     ensure_placement_group(build)
+    ensure_instance_profile(build)
     launch_instances(build, plan)
     start_instances(build, plan)
     return wait_running(build)
@@ -266,6 +269,33 @@ def ensure_placement_group(build: Build) -> None:
         build.placement = build.name
 
 
+def ensure_instance_profile(build: Build) -> None:
+    """The instance profile the instances get: the spec's own, or rayrig's role for ``s3_buckets`` (``iam.py``);
+    instances launched before the spec asked for one get it attached."""
+    build.instance_profile = iam.ensure_instance_profile(
+        build.aws, build.spec, build.existing.iam, build.tags("iam"), build.ledger.add
+    )
+    if build.instance_profile is None:
+        return
+    wanted = next(iter(build.instance_profile.values()))
+    for group in build.existing.instances.values():
+        for instance in group:
+            have = instance.get("IamInstanceProfile", {}).get("Arn")
+            if have is None:
+                build.say(f"  attaching instance profile {wanted} to {instance['InstanceId']}")
+                with aws_step(f"attaching instance profile {wanted} to {instance['InstanceId']}", build.spec.region):
+                    settled(
+                        build.ec2.associate_iam_instance_profile,
+                        IamInstanceProfile=build.instance_profile,
+                        InstanceId=instance["InstanceId"],
+                    )
+            elif not (have == wanted or have.endswith(f"/{wanted}")):
+                build.say(
+                    f"  {instance['InstanceId']} keeps instance profile {have}, not {wanted}: "
+                    "replace it in the EC2 console, or take the cluster down and up again"
+                )
+
+
 #: How many spent client tokens one slot may meet before rayrig gives up (each is an instance that ended).
 MAX_SLOT_GENERATIONS = 50
 
@@ -393,6 +423,9 @@ def run_instances_params(build: Build, group: GroupSpec, slot: int, token: str) 
         }
     if build.placement and group.role == "worker":
         params["Placement"] = {"GroupName": build.placement}
+    # --- instance profile (iam.py) ---
+    if build.instance_profile:
+        params["IamInstanceProfile"] = build.instance_profile
     return params
 
 

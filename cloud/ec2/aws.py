@@ -78,7 +78,7 @@ _GONE_CODES = {
     "InvalidInstanceID.NotFound", "InvalidGroup.NotFound", "InvalidKeyPair.NotFound", "InvalidPlacementGroup.Unknown",
     "InvalidRouteTableID.NotFound", "InvalidSubnetID.NotFound", "InvalidInternetGatewayID.NotFound",
     "InvalidVpcID.NotFound", "InvalidAssociationID.NotFound", "Gateway.NotAttached", "InvalidVolume.NotFound",
-    "InvalidNetworkInterfaceID.NotFound",
+    "InvalidNetworkInterfaceID.NotFound", "NoSuchEntity",
 }  # fmt: skip
 #: What an endpoint answers for an action it does not implement (AWS, LocalStack, moto).
 _UNIMPLEMENTED_CODES = {"InvalidAction", "UnsupportedOperation", "NotImplemented"}

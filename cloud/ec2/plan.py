@@ -14,7 +14,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from cloud.ec2 import prices
+from cloud.ec2 import iam, prices
 from cloud.ec2.ami import Ami
 from cloud.ec2.aws import (
     LIVE_STATES,
@@ -52,6 +52,7 @@ class Existing:
     instances: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     expires_at: dt.datetime | None = None
     created_at: dt.datetime | None = None
+    iam: iam.IamFound = field(default_factory=iam.IamFound)  # the instance profile
 
 
 def resource_name(spec_or_name: ClusterSpec | str) -> str:
@@ -86,7 +87,9 @@ def discover(aws: Aws, spec: ClusterSpec) -> Existing:
             tags = tags_of(instance)
             found.instances.setdefault(tags.get(TAG_GROUP, "?"), []).append(instance)
             stamps.append(tags)
+    found.iam = iam.discover_iam(aws, spec)
     stamps += [tags_of(r) for r in (found.security_group, found.key_pair, found.placement_group) if r]
+    stamps += [tags_of(r) for r in (found.iam.role, found.iam.profile) if r and not spec.iam_instance_profile]
     expiries = [t for t in (parse_time(s.get(TAG_EXPIRES)) for s in stamps) if t]
     births = [t for t in (parse_time(s.get(TAG_CREATED_AT)) for s in stamps) if t]
     found.expires_at = min(expiries) if expiries else None
@@ -187,8 +190,8 @@ class Plan:
 
     @property
     def creates(self) -> bool:
-        """Whether the plan creates anything (or starts stopped instances)."""
-        return any(action in ("create", "start") for action, _ in self.lines)
+        """Whether the plan creates anything (or starts stopped instances, or changes what a role allows)."""
+        return any(action in ("create", "start", "update") for action, _ in self.lines)
 
 
 def make_plan(spec: ClusterSpec, existing: Existing, ports: Mapping[str, int]) -> Plan:
@@ -227,6 +230,8 @@ def make_plan(spec: ClusterSpec, existing: Existing, ports: Mapping[str, int]) -
             "reuse" if existing.placement_group else "create",
             f"placement group {name} (cluster strategy) for the workers",
         )
+
+    plan.lines += iam.plan_lines(spec, existing.iam)
 
     counts: dict[str, int] = {}
     for group in spec.groups:

@@ -16,6 +16,8 @@ A spec, with every optional key shown (see ``examples/sprint42.toml``)::
     ssh_public_key = "~/.ssh/id_ed25519.pub"
     ssh_private_key = "~/.ssh/id_ed25519"   # default: the public key's path without .pub
     placement_group = true              # a cluster placement group for the workers
+    s3_buckets = ["datasets", { name = "checkpoints", write = true }]   # an instance role for these buckets
+    # iam_instance_profile = "ml-data-reader"   # or: attach an existing instance profile (name or ARN)
 
     [ami]                               # exactly one of id / ssm_parameter
     ssm_parameter = "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id"
@@ -122,6 +124,14 @@ class GroupSpec:
 
 
 @dataclass(frozen=True)
+class S3Bucket:
+    """A bucket the cluster's instance role may read (``s3_buckets``), and write when ``write``."""
+
+    name: str
+    write: bool = False
+
+
+@dataclass(frozen=True)
 class AmiSpec:
     """The image: an explicit id or an SSM parameter holding one, and an optional SSH user."""
 
@@ -170,6 +180,9 @@ class ClusterSpec:
     network: NetworkSpec
     placement_group: bool
     host_data: dict[str, Any]
+    # --- instance profile (cloud/ec2/iam.py) ---
+    iam_instance_profile: str | None = None
+    s3_buckets: tuple[S3Bucket, ...] = ()
 
     @property
     def groups(self) -> tuple[GroupSpec, ...]:
@@ -289,6 +302,20 @@ def parse_spec(data: Mapping[str, Any], path: Path) -> ClusterSpec:
     for i, worker in enumerate(workers):
         problems += _host_data_problems(source, f"workers[{i}].host_data", worker.host_data, host_data)
 
+    # --- instance profile ---
+    iam_profile = data.get("iam_instance_profile")
+    buckets = _s3_buckets(data.get("s3_buckets", []), where)
+    if iam_profile is not None and buckets:
+        where(
+            "iam_instance_profile",
+            iam_profile,
+            "either iam_instance_profile (an existing profile) or s3_buckets (a role rayrig creates), not both",
+        )
+    if not problems:
+        groups = [("host_data", {}), ("head.host_data", head.host_data)]
+        groups += [(f"workers[{i}].host_data", w.host_data) for i, w in enumerate(workers)]
+        problems += _s3_mount_problems(source, host_data, groups, iam_profile, buckets)
+
     if problems:
         raise SpecError(source, problems)
     return ClusterSpec(
@@ -308,7 +335,97 @@ def parse_spec(data: Mapping[str, Any], path: Path) -> ClusterSpec:
         network=network,
         placement_group=bool(data.get("placement_group", True)),
         host_data=host_data,
+        iam_instance_profile=iam_profile,
+        s3_buckets=buckets,
     )
+
+
+#: What S3's bucket naming rules forbid at a name's start and end (AWS's "General purpose bucket naming rules").
+_BUCKET_PREFIXES = ("xn--", "sthree-", "amzn-s3-demo-")
+_BUCKET_SUFFIXES = ("-s3alias", "--ol-s3", ".mrap", "--x-s3", "--table-s3")
+
+
+def bucket_name_problem(name: str) -> str | None:
+    """What is wrong with ``name`` as a general purpose S3 bucket name (what is expected instead), or None.
+
+    >>> bucket_name_problem("data..sets")
+    'a bucket name without two adjacent dots'
+    """
+    if not re.fullmatch(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]", name):
+        return (
+            "a bucket name: 3-63 lower-case letters, digits, dots and hyphens, "
+            "starting and ending with a letter or digit"
+        )
+    if ".." in name:
+        return "a bucket name without two adjacent dots"
+    if re.fullmatch(r"[0-9]{1,3}(\.[0-9]{1,3}){3}", name):
+        return "a bucket name that is not formatted as an IP address"
+    if name.startswith(_BUCKET_PREFIXES) or name.endswith(_BUCKET_SUFFIXES):
+        return (
+            f"a bucket name without the prefixes {', '.join(_BUCKET_PREFIXES)} "
+            f"and the suffixes {', '.join(_BUCKET_SUFFIXES)}"
+        )
+    return None
+
+
+def _s3_buckets(items: list[Any], where: Any) -> tuple[S3Bucket, ...]:
+    """``s3_buckets`` as ``S3Bucket``s: each name valid and listed once."""
+    buckets: list[S3Bucket] = []
+    for i, item in enumerate(items):
+        bucket = S3Bucket(item) if isinstance(item, str) else S3Bucket(item["name"], bool(item.get("write", False)))
+        problem = bucket_name_problem(bucket.name)
+        if problem:
+            where(f"s3_buckets[{i}]", bucket.name, problem)
+        elif any(b.name == bucket.name for b in buckets):
+            where(f"s3_buckets[{i}]", bucket.name, "each bucket listed once (write = true where it may be written)")
+        else:
+            buckets.append(bucket)
+    return tuple(buckets)
+
+
+def _s3_mount_problems(
+    source: str,
+    shared: Mapping[str, Any],
+    groups: list[tuple[str, Mapping[str, Any]]],
+    iam_profile: str | None,
+    buckets: tuple[S3Bucket, ...],
+) -> list[str]:
+    """S3 mounts that would use the instance profile (no ``storage_s3_credentials``, no ``endpoint_url``)
+    must have one: ``s3_buckets`` listing the bucket (with write for a writable mount) or ``iam_instance_profile``."""
+    if iam_profile is not None:
+        return []  # what an existing profile allows is its owner's business
+    allowed = {b.name: b for b in buckets}
+    problems: list[str] = []
+    for key, data in groups:
+        merged = {**shared, **data}
+        if merged.get("storage_s3_credentials") is not None:
+            continue
+        where = key if "storage_s3_mounts" in data else "host_data"
+        for index, mount in enumerate(merged.get("storage_s3_mounts") or []):
+            if not isinstance(mount, Mapping) or mount.get("endpoint_url") or "bucket" not in mount:
+                continue
+            bucket, label = mount["bucket"], f"{source}: {where}.storage_s3_mounts[{index}]"
+            if not buckets:
+                expected = (
+                    f"an instance profile to read bucket {bucket!r} with (storage_s3_credentials is unset): "
+                    f's3_buckets = ["{bucket}"] (rayrig creates the role), iam_instance_profile, '
+                    "or storage_s3_credentials in the host data"
+                )
+            elif bucket not in allowed:
+                expected = (
+                    f"bucket {bucket!r} listed in s3_buckets (the instance role reaches only the buckets listed there)"
+                )
+            elif not mount.get("read_only") and not allowed[bucket].write:
+                expected = (
+                    f"write = true for bucket {bucket!r} in s3_buckets (the mount is writable), "
+                    'or "read_only": true on the mount'
+                )
+            else:
+                continue
+            line = f"{label} = bucket {bucket!r}: expected {expected}"
+            if line not in problems:
+                problems.append(line)
+    return problems
 
 
 _HOME_PROBLEM = "a path whose ~ names your home or an existing user's (that user's home is unknown here)"

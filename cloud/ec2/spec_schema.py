@@ -13,6 +13,12 @@ TTL_PATTERN = r"^(?=[0-9])([0-9]+d)?([0-9]+h)?([0-9]+m)?\Z"
 #: A path on this machine: one line, no control characters.
 _PATH = r"^[^\x00-\x1f\x7f]+\Z"
 
+#: An instance profile's name, or its ARN (any partition, an optional path).
+IAM_PROFILE_PATTERN = (
+    r"^([A-Za-z0-9+=,.@_-]{1,128}"
+    r"|arn:aws(-cn|-us-gov|-iso|-iso-b)?:iam::[0-9]{12}:instance-profile/([A-Za-z0-9+=,.@_-]+/)*[A-Za-z0-9+=,.@_-]{1,128})\Z"
+)
+
 _HOST_DATA = {
     "type": "object",
     "propertyNames": {"pattern": r"^[a-z][a-z0-9_]*\Z"},
@@ -145,6 +151,32 @@ SCHEMA: dict[str, Any] = {
             },
             "additionalProperties": False,
             "x-expected": "a table of network settings",
+        },
+        # --- instance profile (cloud/ec2/iam.py) ---
+        "iam_instance_profile": {
+            "type": "string",
+            "pattern": IAM_PROFILE_PATTERN,
+            "x-expected": (
+                'the name or ARN of an existing instance profile, such as "ml-data-reader" or '
+                '"arn:aws:iam::123456789012:instance-profile/ml-data-reader"'
+            ),
+        },
+        "s3_buckets": {
+            "type": "array",
+            "minItems": 1,
+            "items": {
+                "anyOf": [
+                    {"type": "string"},
+                    {
+                        "type": "object",
+                        "properties": {"name": {"type": "string"}, "write": {"type": "boolean"}},
+                        "required": ["name"],
+                        "additionalProperties": False,
+                    },
+                ],
+                "x-expected": 'a bucket name such as "datasets", or a table such as { name = "ckpt", write = true }',
+            },
+            "x-expected": 'a non-empty list of bucket names, or tables such as { name = "ckpt", write = true }',
         },
         "head": _HEAD,
         "workers": {"type": "array", "items": _WORKER, "x-expected": "an array of tables ([[workers]])"},

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from cloud.ec2 import prices
+from cloud.ec2 import iam, prices
 from cloud.ec2.aws import (
     LIVE_STATES,
     TAG_CLUSTER,
@@ -53,6 +53,8 @@ class Resources:
     subnets: list[str] = field(default_factory=list)
     internet_gateways: list[str] = field(default_factory=list)
     vpcs: list[str] = field(default_factory=list)
+    instance_profiles: list[str] = field(default_factory=list)  # IAM: global, after the instances
+    iam_roles: list[str] = field(default_factory=list)
 
     def add(self, kind: str, resource_id: str) -> None:
         """Record one resource of ``kind`` (a field name)."""
@@ -89,6 +91,7 @@ def find_created(aws: Aws, name: str) -> Resources:
             for g in paginate(ec2, "describe_internet_gateways", "InternetGateways", Filters=filters)
         ]
         res.vpcs = [v["VpcId"] for v in paginate(ec2, "describe_vpcs", "Vpcs", Filters=filters)]
+        res.instance_profiles, res.iam_roles = iam.created_iam(aws, name)
     return res
 
 
@@ -120,6 +123,7 @@ def tagged_leftovers(aws: Aws, name: str) -> list[str]:
             found.append(f"volume {v['VolumeId']} ({v.get('State')})")
         for n in paginate(ec2, "describe_network_interfaces", "NetworkInterfaces", Filters=filters):
             found.append(f"network interface {n['NetworkInterfaceId']} ({n.get('Status')})")
+        found += iam.tagged_iam(aws, name)
     return found
 
 
@@ -144,6 +148,8 @@ def delete_resources(aws: Aws, res: Resources, *, say: Progress, timeout_s: floa
         ("subnet", res.subnets, lambda s: ec2.delete_subnet(SubnetId=s)),
         ("internet gateway", res.internet_gateways, lambda g: _delete_internet_gateway(aws, g)),
         ("VPC", res.vpcs, lambda v: ec2.delete_vpc(VpcId=v)),
+        ("instance profile", res.instance_profiles, lambda p: iam.delete_instance_profile(aws, p)),
+        ("IAM role", res.iam_roles, lambda r: iam.delete_role(aws, r)),
     ]
     for kind, ids, delete in kinds:
         for rid in ids:

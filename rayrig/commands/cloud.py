@@ -12,10 +12,12 @@ import datetime as dt
 import sys
 from pathlib import Path
 
+from checks.report import latest_checks, latest_report
 from cloud.ec2 import (
     WAIT_TIMEOUT_S,
     CloudError,
     ClusterInfo,
+    ClusterSpec,
     connect,
     down,
     list_clusters,
@@ -26,7 +28,9 @@ from cloud.ec2 import (
 from cloud.ec2.aws import default_region, utc_now
 from cloud.ec2.prices import PRICE_NOTE
 from cloud.ec2.state import load_state, recorded_regions, state_path
+from deploy.paths import repo_root
 from rayrig.errors import UsageError
+from rayrig.run import DEPLOY_FILE, InventoryFileError, run_pyinfra
 
 
 def ask(question: str) -> bool:
@@ -77,8 +81,11 @@ def format_clusters(clusters: list[ClusterInfo], now: dt.datetime) -> list[str]:
 
 
 def up_cmd(args: argparse.Namespace) -> int:
-    """``rayrig cloud up SPEC``: 0 once the cluster runs and SSH answers, 1 on failure, 2 for a bad spec
-    (``SpecError``, which ``rayrig.errors`` prints with every problem)."""
+    """``rayrig cloud up SPEC [--deploy]``: 0 once the cluster runs and SSH answers (with ``--deploy``: and the
+    deploy and its checks passed), 1 on failure, 2 for a bad spec (``SpecError``, which ``rayrig.errors`` prints
+    with every problem) or ``--deploy`` with ``--no-wait-ssh``."""
+    if args.deploy and args.no_wait_ssh:
+        raise UsageError("--deploy and --no-wait-ssh: the deploy needs SSH", "drop --no-wait-ssh")
     spec = load_spec(args.spec)
     try:
         result = up(
@@ -87,6 +94,8 @@ def up_cmd(args: argparse.Namespace) -> int:
     except CloudError as exc:
         print(f"rayrig cloud up: {exc}", file=sys.stderr)
         return 1
+    if args.deploy:
+        return deploy_after_up(spec, args.spec, result.ssh_pending, args.timeout)
     if result.ssh_pending:
         print(
             f"rayrig cloud up: SSH did not answer within {args.timeout:.0f}s on {', '.join(result.ssh_pending)}; "
@@ -96,6 +105,68 @@ def up_cmd(args: argparse.Namespace) -> int:
         )
         return 1
     return 0
+
+
+#: The inventory of the clusters ``rayrig cloud up`` makes.
+EC2_INVENTORY = "inventories/ec2.py"
+
+
+def deploy_after_up(spec: ClusterSpec, spec_arg: Path, ssh_pending: list[str], timeout_s: float) -> int:
+    """``rayrig cloud up SPEC --deploy`` once the instances run: the deploy (and its checks) through
+    ``inventories/ec2.py`` as ``rayrig deploy`` runs it, then the next commands. 0 when it passed; 1, naming
+    the step that failed (SSH, the deploy or the checks) and how to retry or tear down, with the cluster kept."""
+    name, env = spec.name, f"RAYRIG_CLUSTER={spec.name}"
+    retry = (
+        f"The cluster stays up. Retry: 'rayrig cloud up {spec_arg} --deploy' (it creates nothing more), or "
+        f"'{env} rayrig deploy {EC2_INVENTORY}'; tear down: 'rayrig cloud down {name}'."
+    )
+    if ssh_pending:
+        print(
+            f"rayrig cloud up --deploy: stopped before the deploy: SSH did not answer within {timeout_s:.0f}s on "
+            f"{', '.join(ssh_pending)}; check that admin_cidrs in {spec_arg} holds your address and that the "
+            f"instances booted (EC2's console output of each). {retry}",
+            file=sys.stderr,
+        )
+        return 1
+    print(f"==> deploying to cluster {name}: {env} rayrig deploy {EC2_INVENTORY}", flush=True)
+    report_dir = Path(spec.host_data.get("checks_report_dir", "reports")).expanduser()
+    report_dir = report_dir if report_dir.is_absolute() else repo_root() / report_dir
+    before = latest_report(name, report_dir)
+    try:
+        status = run_pyinfra(
+            repo_root() / EC2_INVENTORY, DEPLOY_FILE, env={"RAYRIG_CLUSTER": name, "RAYRIG_REGION": spec.region}
+        )
+    except InventoryFileError as exc:
+        print(f"rayrig cloud up --deploy: the deploy did not run: {exc}. {retry}", file=sys.stderr)
+        return 1
+    after = latest_report(name, report_dir)
+    if status != 0:
+        checks_failed = after is not None and after != before and after["verdict"] == "FAIL"
+        step = (
+            f"the checks failed (verdict FAIL, report {after['report']})"
+            if checks_failed and after
+            else f"the deploy failed (pyinfra exit status {status}; its output above names the host and operation)"
+        )
+        print(f"rayrig cloud up --deploy: {step}. {retry}", file=sys.stderr)
+        return 1
+    if after is not None and after != before:
+        print(latest_checks(name, report_dir))
+    for line in next_commands(name):
+        print(line)
+    return 0
+
+
+def next_commands(name: str) -> list[str]:
+    """What to run on a deployed EC2 cluster, each command naming the cluster."""
+    env = f"RAYRIG_CLUSTER={name}"
+    return [
+        f"==> cluster {name} is deployed. Next:",
+        f"  status:     {env} rayrig status {EC2_INVENTORY}",
+        f"  a job:      {env} rayrig submit {EC2_INVENTORY} --working-dir . -- python your_job.py",
+        f"  dashboard:  {env} rayrig dashboard {EC2_INVENTORY}   (an SSH tunnel; it prints the URL)",
+        f"  re-deploy:  {env} rayrig deploy {EC2_INVENTORY}",
+        f"  tear down:  rayrig cloud down {name}",
+    ]
 
 
 def down_cmd(args: argparse.Namespace) -> int:
@@ -177,6 +248,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     up_.add_argument("spec", type=Path, help="cluster spec (TOML), e.g. examples/sprint42.toml")
     up_.add_argument("--yes", "-y", action="store_true", help="create without asking")
     up_.add_argument("--no-wait-ssh", action="store_true", help="do not wait for SSH to answer")
+    up_.add_argument(
+        "--deploy", action="store_true", help="then deploy the Ray cluster to it and run the checks (rayrig deploy)"
+    )
     timeout(up_)
     up_.set_defaults(func=up_cmd)
 

@@ -94,6 +94,17 @@ def launch_params(expires_at: str) -> dict[str, Any]:
     return {"InstanceInitiatedShutdownBehavior": "terminate", "UserData": user_data(expires_at)}
 
 
+def refuse_expired(name: str, expires_at: dt.datetime | None, now: dt.datetime, launches: bool) -> None:
+    """``CloudError`` when ``up`` would launch or start instances of a cluster whose expiry has passed:
+    their timers would power them off within a minute of booting."""
+    if launches and expires_at is not None and expires_at <= now:
+        raise CloudError(
+            f"cluster {name} expired at {expires_at:%Y-%m-%d %H:%M} UTC: instances launched or started now would "
+            f"power themselves off within {CHECK_EVERY}; run 'rayrig cloud extend {name} DURATION' first "
+            f"(or 'rayrig cloud down {name}'); nothing was created"
+        )
+
+
 def parse_duration(text: str) -> dt.timedelta:
     """A duration for ``extend`` (``12h``, ``1d``, ``30m``, ``1d12h``) above zero; ``ValueError`` naming it."""
     try:

@@ -193,3 +193,26 @@ def test_extend_refuses_more_than_30_days_and_changes_nothing(
     assert "DURATION: 24d from its expiry" in err and "more than 30 days from now" in err
     assert calls.mutating() == []
     assert expiry_tags(aws, placement_groups) == before
+
+
+def test_up_refuses_to_launch_into_an_expired_cluster_until_it_is_extended(
+    write_spec: Callable[..., Path], no_ssh: Any, aws: str, calls: Calls, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """New instances would carry the passed expiry and power off within a minute of booting."""
+    bring_up(write_spec, no_ssh, ttl="1h")
+    client = raw_client("ec2", aws)
+    ids = list(expiry_tags(aws, PlacementGroups()))
+    client.create_tags(Resources=ids, Tags=[{"Key": TAG_EXPIRES, "Value": "2020-01-01T00:00:00Z"}])
+    victim = live_instances(aws)[0]["InstanceId"]
+    client.terminate_instances(InstanceIds=[victim])  # ended, as a spot reclaim or the timer would
+    calls.clear()
+    spec = write_spec(ttl="1h")
+    assert run_cli("cloud", "up", str(spec), "--yes", "--no-wait-ssh") == 1
+    err = capsys.readouterr().err
+    assert "cluster sprint42 expired at 2020-01-01 00:00 UTC" in err
+    assert "run 'rayrig cloud extend sprint42 DURATION' first" in err
+    assert calls.params("RunInstances") == []
+
+    assert run_cli("cloud", "extend", "sprint42", "2h") == 0
+    ec2.up(load_spec(spec), assume_yes=True, ssh_probe=no_ssh, say=lambda _: None)
+    assert len(live_instances(aws)) == 3

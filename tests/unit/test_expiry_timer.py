@@ -41,6 +41,7 @@ class Imds(http.server.ThreadingHTTPServer):
     def __init__(self) -> None:
         super().__init__(("127.0.0.1", 0), _ImdsHandler)
         self.tag: str | None = None
+        self.failing: int | None = None  # an HTTP status every GET gets instead
         self.requests: list[str] = []
 
     @property
@@ -68,7 +69,9 @@ class _ImdsHandler(http.server.BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
         self.server.requests.append(f"GET {self.path}")
-        if self.headers.get("X-aws-ec2-metadata-token") != self.server.token:
+        if self.server.failing:
+            self._answer(self.server.failing)
+        elif self.headers.get("X-aws-ec2-metadata-token") != self.server.token:
             self._answer(401)
         elif self.path == TAG_PATH and self.server.tag is not None:
             self._answer(200, self.server.tag)
@@ -89,6 +92,15 @@ def imds() -> Iterator[Imds]:
     server.server_close()
 
 
+#: /bin/sh is dash on Debian and Ubuntu, bash on Amazon Linux 2023 and the RHEL family.
+SHELLS = [shell for shell in ("dash", "bash") if shutil.which(shell)] or ["sh"]
+
+
+@pytest.fixture(params=SHELLS)
+def shell(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
 def closed_port_url() -> str:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -103,8 +115,9 @@ def shipped(launch: str) -> dict[str, str]:
 class Instance:
     """One instance's timer: its script from the user data, its state file, and a power-off that only records."""
 
-    def __init__(self, tmp_path: Path, imds_url: str, launch: str):
+    def __init__(self, tmp_path: Path, imds_url: str, launch: str, shell: str):
         self.dir = tmp_path
+        self.shell = shell
         self.script = tmp_path / "rayrig-expiry-check"
         self.script.write_text(shipped(launch)[CHECK_PATH], encoding="utf-8")
         self.script.chmod(0o755)
@@ -125,7 +138,7 @@ class Instance:
     def tick(self) -> str:
         """One run of the timer's service; its journal lines."""
         done = subprocess.run(
-            ["sh", str(self.script)], env=self.env, capture_output=True, text=True, timeout=60, check=False
+            [self.shell, str(self.script)], env=self.env, capture_output=True, text=True, timeout=60, check=False
         )
         assert done.returncode == 0, done.stdout + done.stderr
         return done.stdout + done.stderr
@@ -141,9 +154,9 @@ def _launch_of(service: str) -> str:
     return match.group(1)
 
 
-def test_before_the_expiry_the_instance_runs_on_and_remembers_the_tag(tmp_path: Path, imds: Imds) -> None:
+def test_before_the_expiry_the_instance_runs_on_and_remembers_the_tag(tmp_path: Path, shell: str, imds: Imds) -> None:
     imds.tag = FUTURE
-    node = Instance(tmp_path, imds.url, FUTURE)
+    node = Instance(tmp_path, imds.url, FUTURE, shell)
     journal = node.tick()
     assert not node.off, journal
     assert node.state.read_text().strip() == FUTURE
@@ -152,43 +165,43 @@ def test_before_the_expiry_the_instance_runs_on_and_remembers_the_tag(tmp_path: 
 
 
 @pytest.mark.parametrize("when", ["past", "now"])
-def test_at_or_after_the_expiry_it_powers_off_and_says_so(tmp_path: Path, imds: Imds, when: str) -> None:
+def test_at_or_after_the_expiry_it_powers_off_and_says_so(tmp_path: Path, shell: str, imds: Imds, when: str) -> None:
     imds.tag = PAST if when == "past" else iso(utc_now())
-    node = Instance(tmp_path, imds.url, FUTURE)
+    node = Instance(tmp_path, imds.url, FUTURE, shell)
     journal = node.tick()
     assert node.off
     assert f"this instance expired at {imds.tag}; powering off" in journal
 
 
-def test_a_tag_moved_later_keeps_it_running_past_the_launch_value(tmp_path: Path, imds: Imds) -> None:
+def test_a_tag_moved_later_keeps_it_running_past_the_launch_value(tmp_path: Path, shell: str, imds: Imds) -> None:
     """``rayrig cloud extend`` moves the tag only: the launch value is past, the tag later."""
     imds.tag = LATER
-    node = Instance(tmp_path, imds.url, PAST)
+    node = Instance(tmp_path, imds.url, PAST, shell)
     journal = node.tick()
     assert not node.off, journal
     assert f"expiry is {LATER}" in journal
 
 
-def test_a_tag_moved_earlier_is_followed_too(tmp_path: Path, imds: Imds) -> None:
+def test_a_tag_moved_earlier_is_followed_too(tmp_path: Path, shell: str, imds: Imds) -> None:
     imds.tag = FUTURE
-    node = Instance(tmp_path, imds.url, FUTURE)
+    node = Instance(tmp_path, imds.url, FUTURE, shell)
     node.tick()
     imds.tag = PAST
     node.tick()
     assert node.off
 
 
-def test_with_imds_down_the_launch_value_holds(tmp_path: Path) -> None:
-    node = Instance(tmp_path, closed_port_url(), PAST)
+def test_with_imds_down_the_launch_value_holds(tmp_path: Path, shell: str) -> None:
+    node = Instance(tmp_path, closed_port_url(), PAST, shell)
     journal = node.tick()
     assert node.off
-    assert f"cannot read the tag {TAG_EXPIRES} through IMDS" in journal
+    assert f"cannot read the tag {TAG_EXPIRES} through IMDS (no IMDSv2 token" in journal
     assert f"keeping {PAST} (the value at launch)" in journal
 
 
-def test_with_imds_down_the_last_value_read_holds_over_the_launch_value(tmp_path: Path, imds: Imds) -> None:
+def test_with_imds_down_the_last_value_read_holds_over_the_launch_value(tmp_path: Path, shell: str, imds: Imds) -> None:
     imds.tag = LATER
-    node = Instance(tmp_path, imds.url, PAST)
+    node = Instance(tmp_path, imds.url, PAST, shell)
     node.tick()
     node.env["RAYRIG_IMDS_URL"] = closed_port_url()
     journal = node.tick()
@@ -196,11 +209,23 @@ def test_with_imds_down_the_last_value_read_holds_over_the_launch_value(tmp_path
     assert f"keeping {LATER} (the last value read from the tag)" in journal
 
 
+def test_an_imds_error_keeps_the_last_value_read(tmp_path: Path, shell: str, imds: Imds) -> None:
+    imds.tag = LATER
+    node = Instance(tmp_path, imds.url, PAST, shell)
+    node.tick()
+    imds.failing = 503
+    journal = node.tick()
+    assert not node.off, journal
+    assert "IMDS answered HTTP 503" in journal and f"keeping {LATER} (the last value read from the tag)" in journal
+
+
 @pytest.mark.parametrize("tag", [None, "next tuesday", "2026-13-45T99:00:00Z", "$(touch /tmp/x)"])
-def test_a_removed_or_unreadable_tag_keeps_the_last_known_expiry(tmp_path: Path, imds: Imds, tag: str | None) -> None:
+def test_a_removed_or_unreadable_tag_keeps_the_last_known_expiry(
+    tmp_path: Path, shell: str, imds: Imds, tag: str | None
+) -> None:
     """Never an early power-off by mistake (the last value read is later), and never none (it is past)."""
     imds.tag = LATER
-    node = Instance(tmp_path, imds.url, PAST)
+    node = Instance(tmp_path, imds.url, PAST, shell)
     node.tick()
     imds.tag = tag
     journal = node.tick()
@@ -213,8 +238,8 @@ def test_a_removed_or_unreadable_tag_keeps_the_last_known_expiry(tmp_path: Path,
     assert node.off, journal
 
 
-def test_with_no_usable_expiry_at_all_it_says_so_and_stays_up(tmp_path: Path) -> None:
-    node = Instance(tmp_path, closed_port_url(), FUTURE)
+def test_with_no_usable_expiry_at_all_it_says_so_and_stays_up(tmp_path: Path, shell: str) -> None:
+    node = Instance(tmp_path, closed_port_url(), FUTURE, shell)
     node.env["RAYRIG_EXPIRY_AT_LAUNCH"] = "garbage"
     journal = node.tick()
     assert not node.off

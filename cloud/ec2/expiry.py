@@ -18,6 +18,7 @@ behind (the network, the security group, the key pair, the placement group).
 from __future__ import annotations
 
 import datetime as dt
+import re
 from dataclasses import dataclass
 from importlib.resources import files as package_files
 from typing import Any
@@ -42,7 +43,7 @@ from cloud.ec2.aws import (
     utc_now,
 )
 from cloud.ec2.spec import MAX_TTL, parse_ttl
-from cloud.ec2.state import load_state
+from cloud.ec2.state import cluster_lock, load_state
 
 #: Where the timer's script is installed on an instance.
 CHECK_PATH = "/usr/local/sbin/rayrig-expiry-check"
@@ -50,6 +51,8 @@ CHECK_PATH = "/usr/local/sbin/rayrig-expiry-check"
 UNITS = ("rayrig-expiry.service", "rayrig-expiry.timer")
 #: How often the timer checks the tag (what ``extend`` tells the user to expect).
 CHECK_EVERY = "a minute"
+#: A cluster's name, as a spec's ``name`` (spec_schema.py) must be.
+CLUSTER_NAME = re.compile(r"[a-z][a-z0-9-]{0,30}[a-z0-9]\Z")
 #: Resources per ``CreateTags`` call.
 TAG_BATCH = 500
 
@@ -105,6 +108,13 @@ def refuse_expired(name: str, expires_at: dt.datetime | None, now: dt.datetime, 
         )
 
 
+def name_problem(name: str) -> str | None:
+    """What is wrong with cluster name ``name`` (as a spec's ``name`` must be), or None."""
+    if CLUSTER_NAME.match(name):
+        return None
+    return f"NAME = {name!r}: expected a cluster name, 2-32 lower-case letters, digits and '-', starting with a letter"
+
+
 def parse_duration(text: str) -> dt.timedelta:
     """A duration for ``extend`` (``12h``, ``1d``, ``30m``, ``1d12h``) above zero; ``ValueError`` naming it."""
     try:
@@ -138,8 +148,17 @@ def extend(name: str, duration: dt.timedelta, region: str | None = None, *, aws:
     now, never less. The new expiry is at most 30 days from now, as a spec's
     ttl. The region is ``aws``'s, else ``region``, else the one ``up`` recorded
     here, else boto3's. A cluster of which nothing is found is a ``CloudError``.
+    It holds the cluster's lock, as ``up`` and ``down`` do.
     """
-    now = now or utc_now()
+    problem = name_problem(name)
+    if problem:
+        raise CloudError(problem)
+    with cluster_lock(name, say):  # an up running meanwhile would launch with the old expiry
+        return _extend(name, duration, region, aws=aws, now=now or utc_now(), say=say)
+
+
+def _extend(name: str, duration: dt.timedelta, region: str | None, *, aws: Aws | None, now: dt.datetime,
+            say: Progress) -> Extension:  # fmt: skip
     if aws is None:
         aws = connect(region or load_state(name).get("region"))
     found = _tagged(aws, name)

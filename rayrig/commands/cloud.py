@@ -24,7 +24,7 @@ from cloud.ec2 import (
     up,
 )
 from cloud.ec2.aws import default_region, utc_now
-from cloud.ec2.expiry import CHECK_EVERY, extend, parse_duration
+from cloud.ec2.expiry import CHECK_EVERY, extend, name_problem, parse_duration
 from cloud.ec2.prices import PRICE_NOTE
 from cloud.ec2.state import load_state, recorded_regions, state_path
 from rayrig.errors import UsageError
@@ -168,6 +168,8 @@ def extend_cmd(args: argparse.Namespace) -> int:
 
     A bad DURATION, or no region known (see ``down_cmd``), is a ``UsageError`` before AWS is asked.
     """
+    if name_problem(args.name):
+        raise UsageError(str(name_problem(args.name)), "'rayrig cloud ls' lists the clusters")
     try:
         duration = parse_duration(args.duration)
     except ValueError as exc:

@@ -216,3 +216,15 @@ def test_up_refuses_to_launch_into_an_expired_cluster_until_it_is_extended(
     assert run_cli("cloud", "extend", "sprint42", "2h") == 0
     ec2.up(load_spec(spec), assume_yes=True, ssh_probe=no_ssh, say=lambda _: None)
     assert len(live_instances(aws)) == 3
+
+
+@pytest.mark.parametrize("name", ["../../etc/x", "Sprint42", "x"])
+def test_extend_refuses_a_name_no_cluster_can_have(
+    name: str, tmp_path: Path, calls: Calls, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run_cli("cloud", "extend", name, "1d") == 2
+    assert f"NAME = {name!r}: expected a cluster name" in capsys.readouterr().err
+    assert calls.names() == []
+    with pytest.raises(ec2.CloudError, match="expected a cluster name"):
+        extend(name, dt.timedelta(days=1), say=print)
+    assert not list(tmp_path.rglob("*.lock"))

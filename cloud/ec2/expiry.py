@@ -141,14 +141,15 @@ class Extension:
 
 def extend(name: str, duration: dt.timedelta, region: str | None = None, *, aws: Aws | None = None,
            now: dt.datetime | None = None, say: Progress) -> Extension:  # fmt: skip
-    """Move cluster ``name``'s expiry to ``max(now, current expiry) + duration`` on all it carries it.
+    """Move cluster ``name``'s expiry to ``max(now, current expiry) + duration`` on all of the cluster.
 
     The current expiry is the earliest readable ``rayrig:expires-at`` of the
     cluster (what ``reap`` goes by); an expired cluster gets ``duration`` from
     now, never less. The new expiry is at most 30 days from now, as a spec's
     ttl. The region is ``aws``'s, else ``region``, else the one ``up`` recorded
     here, else boto3's. A cluster of which nothing is found is a ``CloudError``.
-    It holds the cluster's lock, as ``up`` and ``down`` do.
+    It holds the cluster's lock, as ``up`` and ``down`` do. A run that failed half
+    way is completed by running it again: the earliest expiry still counts.
     """
     problem = name_problem(name)
     if problem:

@@ -13,7 +13,8 @@
    ``rayrig-NAME`` reading (and writing) exactly the spec's ``s3_buckets``
    (``iam``);
 6. the head and the workers: IMDSv2 required, an encrypted gp3 root volume,
-   spot or on-demand;
+   spot or on-demand, and a timer that terminates each at the cluster's expiry
+   (``expiry``; ``extend`` moves the expiry);
 
 then waits until the instances run and SSH answers. Before it creates anything
 it says what it will create with an hourly cost estimate and asks (``--yes``
@@ -29,7 +30,8 @@ the slot, so a retried or concurrent launch gets the same instance back.
 ``down(NAME)`` deletes what carries ``rayrig:created=true`` and the cluster's
 tag in the region ``up`` recorded, then lists whatever still carries the tag
 (1 if anything does); it forgets the record only when nothing is left there.
-``list_clusters`` lists clusters; ``reap`` takes down the expired ones.
+``list_clusters`` lists clusters; ``reap`` takes down the expired ones (what
+their instances, which end themselves, leave behind).
 ``inventories/ec2.py`` turns a cluster's instances into pyinfra hosts
 (``cluster_hosts``).
 
@@ -37,7 +39,9 @@ The modules, in the order a run of ``up`` meets them: ``spec`` (the file),
 ``aws`` (clients, errors, tags), ``ami`` (the AMI and instance types),
 ``rules`` (the security group), ``iam`` (the instance profile), ``plan``
 (discover and plan), ``apply`` (one ensure-step per resource), ``waits``
-(polling), ``state`` (what this machine remembers), ``bring_up``; then ``teardown`` (down, ls, reap) and ``inventory``.
+(polling), ``state`` (what this machine remembers), ``bring_up``; then
+``teardown`` (down, ls, reap), ``expiry`` (the instances' timer, and extend)
+and ``inventory``.
 The command line is ``rayrig/commands/cloud.py``.
 """
 

@@ -15,10 +15,11 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from cloud.ec2 import iam
+from cloud.ec2 import expiry, iam
 from cloud.ec2.ami import Ami
 from cloud.ec2.aws import (
     LIVE_STATES,
+    TAG_EXPIRES,
     TAG_GROUP,
     TAG_ROLE,
     TAG_SLOT,
@@ -426,6 +427,10 @@ def run_instances_params(build: Build, group: GroupSpec, slot: int, token: str) 
     # --- instance profile (iam.py) ---
     if build.instance_profile:
         params["IamInstanceProfile"] = build.instance_profile
+    # Self-expiry (expiry.py): powering off terminates, the user data's timer powers off at the tag's time,
+    # which it reads through IMDS.
+    params.update(expiry.launch_params(role_tags[TAG_EXPIRES]))
+    params["MetadataOptions"]["InstanceMetadataTags"] = "enabled"
     return params
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from cloud.ec2 import expiry
 from cloud.ec2.ami import check_fit, instance_type_info, resolve_ami
 from cloud.ec2.apply import Build, Ledger, apply
 from cloud.ec2.aws import (
@@ -88,6 +89,7 @@ def up(
         expires_at = existing.expires_at or now + spec.ttl
         created_at = existing.created_at or now
         plan = make_plan(spec, existing, ports)
+        expiry.refuse_expired(spec.name, existing.expires_at, now, bool(plan.launches or plan.starts))
         for line in plan_summary(spec, ami, plan, expires_at):
             say(line)
 

@@ -1,4 +1,4 @@
-"""``rayrig cloud up|down|ls|reap``: EC2 clusters for a sprint (the work is done by ``cloud.ec2``).
+"""``rayrig cloud up|down|ls|reap|extend``: EC2 clusters for a sprint (the work is done by ``cloud.ec2``).
 
 Each command prints progress on stdout and one-line errors on stderr, and
 returns 0 on success, 1 on failure, 2 for a bad spec or a region it cannot know
@@ -26,6 +26,7 @@ from cloud.ec2 import (
     up,
 )
 from cloud.ec2.aws import default_region, utc_now
+from cloud.ec2.expiry import CHECK_EVERY, extend, name_problem, parse_duration
 from cloud.ec2.prices import PRICE_NOTE
 from cloud.ec2.state import load_state, recorded_regions, state_path
 from deploy.paths import repo_root
@@ -233,9 +234,40 @@ def reap_cmd(args: argparse.Namespace) -> int:
         return 1
 
 
+def extend_cmd(args: argparse.Namespace) -> int:
+    """``rayrig cloud extend NAME DURATION``: move the cluster's expiry to max(now, its expiry) + DURATION.
+
+    A bad DURATION, or no region known (see ``down_cmd``), is a ``UsageError`` before AWS is asked.
+    """
+    if name_problem(args.name):
+        raise UsageError(str(name_problem(args.name)), "'rayrig cloud ls' lists the clusters")
+    try:
+        duration = parse_duration(args.duration)
+    except ValueError as exc:
+        raise UsageError(str(exc), "e.g. 'rayrig cloud extend sprint42 12h'") from None
+    if not (args.region or load_state(args.name).get("region") or default_region()):
+        raise UsageError(
+            f"no AWS region known for cluster {args.name}: this machine has no record of it "
+            f"({state_path(args.name)}) and boto3 has no default region",
+            "pass --region REGION (the region it runs in), or set AWS_REGION",
+        )
+    try:
+        result = extend(args.name, duration, args.region, say=print)
+    except CloudError as exc:
+        print(f"rayrig cloud extend: {exc}", file=sys.stderr)
+        return 1
+    old = f"{result.old:%Y-%m-%d %H:%M} UTC" if result.old else f"unreadable ({result.old_text!r})"
+    print(f"Cluster {result.name} in {result.region}: expiry {old} -> {result.new:%Y-%m-%d %H:%M} UTC.")
+    if result.instances:
+        print(f"The timers of its {result.instances} running instance(s) follow within {CHECK_EVERY}.")
+    else:
+        print("No instance of it is running; 'rayrig cloud up' launches new ones with the new expiry.")
+    return 0
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add ``rayrig cloud up|down|ls|reap`` to the CLI; each leaf sets ``func`` (args -> exit status)."""
-    cloud = subparsers.add_parser("cloud", help="EC2 clusters for a sprint: up, down, ls, reap")
+    """Add ``rayrig cloud up|down|ls|reap|extend`` to the CLI; each leaf sets ``func`` (args -> exit status)."""
+    cloud = subparsers.add_parser("cloud", help="EC2 clusters for a sprint: up, down, ls, reap, extend")
     sub = cloud.add_subparsers(dest="cloud_command", required=True, metavar="COMMAND")
 
     def timeout(parser: argparse.ArgumentParser) -> None:
@@ -269,3 +301,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     reap_.add_argument("--yes", "-y", action="store_true", help="take them down without asking")
     timeout(reap_)
     reap_.set_defaults(func=reap_cmd)
+
+    extend_ = sub.add_parser("extend", help="move a cluster's expiry later; its instances follow within a minute")
+    extend_.add_argument("name", help="the cluster's name")
+    extend_.add_argument("duration", help="added to the later of now and the expiry: 12h, 1d, 30m, 1d12h")
+    extend_.add_argument("--region", help="default: the region up recorded here, else boto3's")
+    extend_.set_defaults(func=extend_cmd)

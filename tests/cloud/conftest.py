@@ -8,7 +8,7 @@ through botocore's own event hooks on the sessions rayrig makes:
 - ``inject`` answers chosen calls with an AWS error response, which botocore
   parses and retries exactly as it would a real one;
 - EC2 placement groups, which moto 5 does not implement, are emulated in memory
-  (create, describe with tag filters, delete), the only gap filled by hand.
+  (create, describe with tag filters, tag, delete), the only gap filled by hand.
 """
 
 from __future__ import annotations
@@ -179,12 +179,28 @@ class PlacementGroups:
             return self._error("InvalidPlacementGroup.Unknown", f"The Placement Group '{name}' is unknown.")
         return self._ok({})
 
+    def create_tags(self, context: dict[str, Any], region: str, **_: Any) -> tuple[AWSResponse, dict[str, Any]] | None:
+        """CreateTags on placement groups (by GroupId, one call for groups only); any other call goes on to moto."""
+        params = context["test_params"]
+        ids = params.get("Resources", [])
+        if not ids or not all(rid.startswith("pg-") for rid in ids):
+            return None
+        here = {g["GroupId"]: g for (where, _), g in self.groups.items() if where == region}
+        for rid in ids:
+            if rid not in here:
+                return self._error("InvalidPlacementGroup.Unknown", f"The Placement Group '{rid}' is unknown.")
+            tags = {t["Key"]: t for t in here[rid]["Tags"]}
+            tags.update({t["Key"]: dict(t) for t in params.get("Tags", [])})
+            here[rid]["Tags"] = list(tags.values())
+        return self._ok({})
+
     def register(self, events: Any, region: str) -> None:
         """Answer the placement group calls of a session in ``region`` (groups are per region, as on AWS)."""
         for op, answer in (
             ("CreatePlacementGroup", self.create),
             ("DescribePlacementGroups", self.describe),
             ("DeletePlacementGroup", self.delete),
+            ("CreateTags", self.create_tags),
         ):
             events.register(f"before-parameter-build.ec2.{op}", self.remember)
             events.register(f"before-call.ec2.{op}", functools.partial(answer, region=region))

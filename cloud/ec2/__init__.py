@@ -2,15 +2,17 @@
 
 ``up(spec)`` ensures, idempotently, what a cluster spec (``spec.py``) describes:
 
-1. a VPC with an internet gateway, a route table and a subnet (or the VPC and
-   subnet the spec names, which rayrig never tags as its own nor deletes);
+1. a VPC with an internet gateway, a route table and a subnet in each zone a
+   launch tries (or the VPC and subnet the spec names, which rayrig never tags
+   as its own nor deletes);
 2. a security group ``rayrig-NAME``: everything within the group (the Ray ports,
    NCCL and EFA included) in and out, SSH (tcp 22) from the admin CIDRs only,
    and outbound internet unless the spec turns it off;
 3. the key pair ``rayrig-NAME`` imported from the spec's public key;
 4. a cluster placement group ``rayrig-NAME`` for the workers (when asked for);
 5. the head and the workers: IMDSv2 required, an encrypted gp3 root volume,
-   spot or on-demand;
+   spot or on-demand; on a capacity error, in the next zone, instance type or
+   market the spec allows (``failover``);
 
 then waits until the instances run and SSH answers. Before it creates anything
 it says what it will create with an hourly cost estimate and asks (``--yes``
@@ -33,7 +35,7 @@ tag in the region ``up`` recorded, then lists whatever still carries the tag
 The modules, in the order a run of ``up`` meets them: ``spec`` (the file),
 ``aws`` (clients, errors, tags), ``ami`` (the AMI and instance types),
 ``rules`` (the security group), ``plan`` (discover and plan), ``apply`` (one
-ensure-step per resource), ``waits`` (polling), ``state`` (what this machine
+ensure-step per resource), ``failover`` (where each launch is tried), ``waits`` (polling), ``state`` (what this machine
 remembers), ``bring_up``; then ``teardown`` (down, ls, reap) and ``inventory``.
 The command line is ``rayrig/commands/cloud.py``.
 """

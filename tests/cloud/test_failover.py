@@ -154,14 +154,20 @@ def test_a_re_run_reuses_every_subnet_and_down_deletes_them_all(
     rtb = client.describe_route_tables(Filters=[{"Name": "tag:rayrig:cluster", "Values": ["sprint42"]}])
     associated = {a["SubnetId"] for a in rtb["RouteTables"][0]["Associations"] if not a.get("Main")}
     assert associated == set(made.values())  # each subnet routes through the internet gateway
+    out = capsys.readouterr().out
+    assert "create  a /20 subnet of 10.42.0.0/16 in each zone a launch tries, as needed: us-east-1a, us-east-1b" in out
+    assert (
+        "created subnet (10.42.0.0/20 in us-east-1a)" in out and "created subnet (10.42.16.0/20 in us-east-1b)" in out
+    )
     inject.rules.clear()
     calls.clear()
-    capsys.readouterr()
 
-    bring_up(path, no_ssh)
+    # Again, with one more zone listed: nothing is launched, so no subnet is made for it either.
+    bring_up(write_spec(spec_with(keys[0], ["us-east-1a", "us-east-1b", "us-east-1c"])), no_ssh)
 
     assert calls.mutating() == []
     out = capsys.readouterr().out
+    assert "Nothing to create: every resource of the cluster exists." in out
     for zone, subnet in made.items():
         assert "reuse   subnet 10.42." in out and f"in {zone} ({subnet})" in out
     assert run_cli("cloud", "down", "sprint42") == 0

@@ -2,8 +2,9 @@
 
 ``up(spec)`` ensures, idempotently, what a cluster spec (``spec.py``) describes:
 
-1. a VPC with an internet gateway, a route table and a subnet (or the VPC and
-   subnet the spec names, which rayrig never tags as its own nor deletes);
+1. a VPC with an internet gateway, a route table and a subnet in each zone a
+   launch tries (or the VPC and subnet the spec names, which rayrig never tags
+   as its own nor deletes);
 2. a security group ``rayrig-NAME``: everything within the group (the Ray ports,
    NCCL and EFA included) in and out, SSH (tcp 22) from the admin CIDRs only,
    and outbound internet unless the spec turns it off;
@@ -13,8 +14,9 @@
    ``rayrig-NAME`` reading (and writing) exactly the spec's ``s3_buckets``
    (``iam``);
 6. the head and the workers: IMDSv2 required, an encrypted gp3 root volume,
-   spot or on-demand, and a timer that terminates each at the cluster's expiry
-   (``expiry``; ``extend`` moves the expiry);
+   spot or on-demand; on a capacity error, in the next zone, instance type or
+   market the spec allows (``failover``); and a timer that terminates each at
+   the cluster's expiry (``expiry``; ``extend`` moves the expiry);
 
 then waits until the instances run and SSH answers. Before it creates anything
 it says what it will create with an hourly cost estimate and asks (``--yes``
@@ -38,10 +40,10 @@ their instances, which end themselves, leave behind).
 The modules, in the order a run of ``up`` meets them: ``spec`` (the file),
 ``aws`` (clients, errors, tags), ``ami`` (the AMI and instance types),
 ``rules`` (the security group), ``iam`` (the instance profile), ``plan``
-(discover and plan), ``apply`` (one ensure-step per resource), ``waits``
-(polling), ``state`` (what this machine remembers), ``bring_up``; then
-``teardown`` (down, ls, reap), ``expiry`` (the instances' timer, and extend)
-and ``inventory``.
+(discover and plan), ``apply`` (one ensure-step per resource), ``failover``
+(where each launch is tried), ``waits`` (polling), ``state`` (what this
+machine remembers), ``bring_up``; then ``teardown`` (down, ls, reap),
+``expiry`` (the instances' timer, and extend) and ``inventory``.
 The command line is ``rayrig/commands/cloud.py``.
 """
 

@@ -247,8 +247,8 @@ def _explain_client_error(exc: ClientError, doing: str, where: str) -> str:
         return f"{doing}: AWS kept throttling the requests ({code}, {attempts} attempts); wait a minute and retry"
     if code in _CAPACITY_CODES:
         return (
-            f"{doing}: AWS has no capacity for it{where} right now ({code}: {message}); try another "
-            "availability zone (network.availability_zone), another instance type, or on-demand instead of spot"
+            f"{doing}: AWS has no capacity for it{where} right now ({code}: {message}); list more availability "
+            'zones (network.availability_zones) or instance types (instance_types), or spot_fallback = "on-demand"'
         )
     if code in _QUOTA_CODES:
         return (

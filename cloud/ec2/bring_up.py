@@ -33,6 +33,7 @@ from cloud.ec2.aws import (
     tags_of,
     utc_now,
 )
+from cloud.ec2.failover import check_zones
 from cloud.ec2.plan import discover, make_plan, plan_summary
 from cloud.ec2.rules import ray_ports
 from cloud.ec2.spec import ClusterSpec
@@ -76,7 +77,8 @@ def up(
     aws = connect(spec.region)
     ports = ray_ports(spec.host_data)
     ami = resolve_ami(aws, spec)
-    check_fit(spec, ami, instance_type_info(aws, {g.instance_type for g in spec.groups}))
+    check_fit(spec, ami, instance_type_info(aws, {t for g in spec.groups for t in g.preferences}))
+    check_zones(aws, spec)
     with cluster_lock(spec.name, say):  # one up or down of the cluster at a time on this machine
         recorded = load_state(spec.name).get("region")
         if recorded not in (None, spec.region):
@@ -126,7 +128,7 @@ def up(
                 ) from None
             raise CloudError(f"{reason}; removed what this run created") from None
 
-        state_file = save_state(spec, ami.ssh_user)
+        state_file = save_state(spec, ami.ssh_user, instances)
     addresses = [address(i, spec.network.public_ips and not spec.network.bastion) for i in instances]
     pending: list[str] = []
     if wait_ssh and spec.network.bastion:

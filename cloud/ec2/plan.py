@@ -34,6 +34,7 @@ from cloud.ec2.aws import (
     parse_time,
     tags_of,
 )
+from cloud.ec2.failover import choices_text
 from cloud.ec2.rules import ports_text
 from cloud.ec2.spec import ClusterSpec, GroupSpec
 
@@ -43,7 +44,7 @@ class Existing:
     """What a cluster already has, found by its tags."""
 
     vpc: dict[str, Any] | None = None
-    subnet: dict[str, Any] | None = None
+    subnets: dict[str, dict[str, Any]] = field(default_factory=dict)  # by availability zone, one per zone
     internet_gateway: dict[str, Any] | None = None
     route_table: dict[str, Any] | None = None
     security_group: dict[str, Any] | None = None
@@ -80,7 +81,8 @@ def discover(aws: Aws, spec: ClusterSpec) -> Existing:
             _check_own_network(aws, spec, found)
         else:
             _discover_network(aws, spec.name, found)
-            stamps += [tags_of(r) for r in (found.vpc, found.subnet, found.internet_gateway, found.route_table) if r]
+            network = (found.vpc, *found.subnets.values(), found.internet_gateway, found.route_table)
+            stamps += [tags_of(r) for r in network if r]
         _discover_access(aws, spec, found)
         live = [*created_filters(spec.name), {"Name": "instance-state-name", "Values": LIVE_STATES}]
         for instance in instances_matching(aws, live):
@@ -102,30 +104,35 @@ def _check_own_network(aws: Aws, spec: ClusterSpec, found: Existing) -> None:
     net = spec.network
     try:
         found.vpc = aws.ec2.describe_vpcs(VpcIds=[net.vpc_id])["Vpcs"][0]
-        found.subnet = aws.ec2.describe_subnets(SubnetIds=[net.subnet_id])["Subnets"][0]
+        subnet = aws.ec2.describe_subnets(SubnetIds=[net.subnet_id])["Subnets"][0]
     except ClientError as exc:
         if not is_gone(exc):
             raise
         raise CloudError(
             f"{spec.path}: network: {explain_error(exc, 'checking network.vpc_id and subnet_id')}"
         ) from None
-    if found.subnet["VpcId"] != net.vpc_id:
+    if subnet["VpcId"] != net.vpc_id:
         raise CloudError(
             f"{spec.path}: network.subnet_id = {net.subnet_id!r}: expected a subnet of {net.vpc_id}, "
-            f"found one of {found.subnet['VpcId']}"
+            f"found one of {subnet['VpcId']}"
         )
+    found.subnets = {subnet["AvailabilityZone"]: subnet}
 
 
 def _discover_network(aws: Aws, name: str, found: Existing) -> None:
-    """The VPC, subnet, internet gateway and route table rayrig made for the cluster, if any."""
+    """The VPC, subnets (one per zone), internet gateway and route table rayrig made for the cluster, if any."""
     ec2 = aws.ec2
     found.vpc = _one(paginate(ec2, "describe_vpcs", "Vpcs", Filters=created_filters(name, "vpc")), "VPC", name, "VpcId")
-    found.subnet = _one(
-        paginate(ec2, "describe_subnets", "Subnets", Filters=created_filters(name, "subnet")),
-        "subnet",
-        name,
-        "SubnetId",
-    )
+    by_zone: dict[str, list[dict[str, Any]]] = {}
+    for subnet in paginate(ec2, "describe_subnets", "Subnets", Filters=created_filters(name, "subnet")):
+        by_zone.setdefault(subnet["AvailabilityZone"], []).append(subnet)
+    for zone, subnets in sorted(by_zone.items()):
+        if len(subnets) > 1:
+            raise CloudError(
+                f"cluster {name} has {len(subnets)} subnets in {zone} tagged as its own "
+                f"({', '.join(s['SubnetId'] for s in subnets)}); run 'rayrig cloud down {name}' and up again"
+            )
+        found.subnets[zone] = subnets[0]
     found.internet_gateway = _one(
         paginate(
             ec2, "describe_internet_gateways", "InternetGateways", Filters=created_filters(name, "internet-gateway")
@@ -209,14 +216,13 @@ def make_plan(spec: ClusterSpec, existing: Existing, ports: Mapping[str, int]) -
         for res, key, text in (
             (existing.vpc, "VpcId", f"VPC {net.vpc_cidr}"),
             (existing.internet_gateway, "InternetGatewayId", "internet gateway"),
-            (
-                existing.subnet,
-                "SubnetId",
-                f"subnet {net.subnet_cidr}" + (f" in {net.availability_zone}" if net.availability_zone else ""),
-            ),
-            (existing.route_table, "RouteTableId", "route table with a default route to the internet gateway"),
         ):
             line("reuse" if res else "create", text + (f" ({res[key]})" if res else ""))
+        launching = any(g.count > len(existing.instances.get(g.name, [])) for g in spec.groups)
+        plan.lines += subnet_lines(spec, existing.subnets, launching)
+        rtb = existing.route_table
+        text = "route table with a default route to the internet gateway"
+        line("reuse" if rtb else "create", text + (f" ({rtb['RouteTableId']})" if rtb else ""))
     ssh_from = ", ".join(spec.admin_cidrs)
     rules = (
         f"SSH (tcp 22) from {ssh_from} only; all traffic within the group, Ray and metrics ports {ports_text(ports)} "
@@ -241,7 +247,7 @@ def make_plan(spec: ClusterSpec, existing: Existing, ports: Mapping[str, int]) -
         rate = prices.hourly_usd(group.instance_type)
         cost = f"${rate * group.count:,.2f}/h" if rate is not None else "price unknown"
         what = (
-            f"{group.name}: {group.count} x {group.instance_type} {group.market}, "
+            f"{group.name}: {group.count} x {choices_text(group, ())}, "
             f"{group.root_volume_gb} GB encrypted gp3, IMDSv2 only ({cost})"
         )
         if missing > 0:
@@ -252,9 +258,28 @@ def make_plan(spec: ClusterSpec, existing: Existing, ports: Mapping[str, int]) -
         if stopped:
             plan.starts += stopped
             line("start", f"{group.name}: {len(stopped)} stopped instance(s) {', '.join(stopped)}")
-        counts[group.instance_type] = counts.get(group.instance_type, 0) + max(group.count, len(have))
+        for itype in [i["InstanceType"] for i in have] + [group.instance_type] * max(missing, 0):
+            counts[itype] = counts.get(itype, 0) + 1  # what runs at its actual type, what is missing at the first
     plan.hourly_usd, plan.unpriced = prices.estimate(counts)
     return plan
+
+
+def subnet_lines(spec: ClusterSpec, subnets: Mapping[str, dict[str, Any]], launching: bool) -> list[tuple[str, str]]:
+    """The plan's lines about the cluster's subnets: one per zone, made when a launch first tries the zone."""
+    net = spec.network
+    lines = [("reuse", f"subnet {s['CidrBlock']} in {zone} ({s['SubnetId']})") for zone, s in sorted(subnets.items())]
+    missing = [zone for zone in net.zones if zone not in subnets]
+    if not launching or (subnets and not missing):
+        return lines
+    if not net.zones:
+        lines.append(("create", f"subnet {net.subnet_cidr} (in a zone AWS chooses)"))
+    elif len(net.zones) == 1:
+        lines.append(("create", f"subnet {net.subnet_cidr} in {missing[0]}"))
+    else:
+        size = net.subnet_cidr.split("/")[1]
+        text = f"a /{size} subnet of {net.vpc_cidr} in each zone a launch tries, as needed: {', '.join(missing)}"
+        lines.append(("create", text))
+    return lines
 
 
 def plan_summary(spec: ClusterSpec, ami: Ami, plan: Plan, expires_at: dt.datetime) -> list[str]:

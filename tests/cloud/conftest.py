@@ -18,6 +18,7 @@ import itertools
 import json
 import logging
 import socket
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -238,16 +239,22 @@ class Injector:
         self.rules: list[dict[str, Any]] = []
 
     def fail(self, operation: str, code: str, message: str = "injected", *, status: int = 400,
-             times: int | None = None, after: int = 0) -> None:  # fmt: skip
-        """Fail ``operation`` with ``code`` after letting ``after`` calls through, ``times`` times (None: always)."""
+             times: int | None = None, after: int = 0,
+             when: Callable[[dict[str, str]], bool] | None = None) -> None:  # fmt: skip
+        """Fail ``operation`` with ``code`` after letting ``after`` calls through, ``times`` times (None: always);
+        with ``when``, only the requests whose parameters (as sent: ``{"InstanceType": ...,
+        "NetworkInterface.1.SubnetId": ...}``) it accepts."""
         self.rules.append(
-            {"op": operation, "code": code, "message": message, "status": status, "times": times, "after": after}
-        )
+            {"op": operation, "code": code, "message": message, "status": status, "times": times, "after": after,
+             "when": when}
+        )  # fmt: skip
 
     def before_send(self, request: Any, event_name: str, **_: Any) -> AWSResponse | None:
         _, service, operation = event_name.split(".", 2)
         for rule in self.rules:
             if rule["op"] != operation:
+                continue
+            if rule["when"] is not None and not rule["when"](_form(request)):
                 continue
             if rule["after"] > 0:
                 rule["after"] -= 1
@@ -258,6 +265,13 @@ class Injector:
                 rule["times"] -= 1
             return error_response(service, rule["code"], rule["message"], rule["status"])
         return None
+
+
+def _form(request: Any) -> dict[str, str]:
+    """The parameters of a query-protocol request (EC2's), as sent."""
+    body = request.body or b""
+    text = body.decode() if isinstance(body, bytes) else str(body)
+    return {key: values[0] for key, values in urllib.parse.parse_qs(text).items()}
 
 
 @pytest.fixture

@@ -8,13 +8,12 @@ the hourly cost; ``plan_summary`` is the text the user confirms.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from botocore.exceptions import ClientError
 
-from cloud.ec2 import prices
 from cloud.ec2.ami import Ami
 from cloud.ec2.aws import (
     LIVE_STATES,
@@ -34,6 +33,7 @@ from cloud.ec2.aws import (
     parse_time,
     tags_of,
 )
+from cloud.ec2.pricing import Rate, offline_rate, sources_text, usd
 from cloud.ec2.rules import ports_text
 from cloud.ec2.spec import ClusterSpec, GroupSpec
 
@@ -184,6 +184,7 @@ class Plan:
     starts: list[str] = field(default_factory=list)
     hourly_usd: float = 0.0
     unpriced: list[str] = field(default_factory=list)
+    price_sources: list[str] = field(default_factory=list)
 
     @property
     def creates(self) -> bool:
@@ -191,8 +192,19 @@ class Plan:
         return any(action in ("create", "start") for action, _ in self.lines)
 
 
-def make_plan(spec: ClusterSpec, existing: Existing, ports: Mapping[str, int]) -> Plan:
-    """Work out what ``up`` creates, reuses and starts, and what the cluster costs per hour."""
+#: The hourly rate of one instance: (instance type, market, zones it may run in) -> rate and its source.
+RateLookup = Callable[[str, str, Sequence[str]], Rate]
+
+
+def plan_zones(spec: ClusterSpec, existing: Existing) -> list[str]:
+    """The zones the instances will run in, when known: the subnet's, else the spec's (else AWS chooses)."""
+    if existing.subnet and existing.subnet.get("AvailabilityZone"):
+        return [existing.subnet["AvailabilityZone"]]
+    return [spec.network.availability_zone] if spec.network.availability_zone else []
+
+
+def make_plan(spec: ClusterSpec, existing: Existing, ports: Mapping[str, int], rate: RateLookup = offline_rate) -> Plan:
+    """Work out what ``up`` creates, reuses and starts, and what the cluster costs per hour at ``rate``."""
     plan = Plan()
     net = spec.network
     name = resource_name(spec)
@@ -228,13 +240,20 @@ def make_plan(spec: ClusterSpec, existing: Existing, ports: Mapping[str, int]) -
             f"placement group {name} (cluster strategy) for the workers",
         )
 
-    counts: dict[str, int] = {}
+    zones = plan_zones(spec, existing)
     for group in spec.groups:
         have = existing.instances.get(group.name, [])
         stopped = [i["InstanceId"] for i in have if i["State"]["Name"] in ("stopped", "stopping")]
         missing = group.count - len(have)
-        rate = prices.hourly_usd(group.instance_type)
-        cost = f"${rate * group.count:,.2f}/h" if rate is not None else "price unknown"
+        price = rate(group.instance_type, group.market, zones)
+        running = max(group.count, len(have))
+        plan.price_sources.append(price.source)
+        if price.usd_per_hour is None:
+            plan.unpriced.append(group.instance_type)
+            cost = f"price unknown, {price.source}"
+        else:
+            plan.hourly_usd += price.usd_per_hour * running
+            cost = f"{usd(price.usd_per_hour * group.count)}/h, {price.source}"
         what = (
             f"{group.name}: {group.count} x {group.instance_type} {group.market}, "
             f"{group.root_volume_gb} GB encrypted gp3, IMDSv2 only ({cost})"
@@ -247,8 +266,7 @@ def make_plan(spec: ClusterSpec, existing: Existing, ports: Mapping[str, int]) -
         if stopped:
             plan.starts += stopped
             line("start", f"{group.name}: {len(stopped)} stopped instance(s) {', '.join(stopped)}")
-        counts[group.instance_type] = counts.get(group.instance_type, 0) + max(group.count, len(have))
-    plan.hourly_usd, plan.unpriced = prices.estimate(counts)
+    plan.unpriced = sorted(set(plan.unpriced))
     return plan
 
 
@@ -261,9 +279,9 @@ def plan_summary(spec: ClusterSpec, ami: Ami, plan: Plan, expires_at: dt.datetim
     lines += [f"  {action:7s} {text}" for action, text in plan.lines]
     lines.append(f"  AMI     {ami.id} ({ami.name or 'no name'}), SSH user {ami.ssh_user}")
     hours = spec.ttl.total_seconds() / 3600
-    unknown = f" plus {', '.join(plan.unpriced)} (not in the price table)" if plan.unpriced else ""
+    unknown = f" plus {', '.join(plan.unpriced)} (price unknown)" if plan.unpriced else ""
     lines.append(
-        f"Estimated cost: ${plan.hourly_usd:,.2f}/h{unknown}, about ${plan.hourly_usd * hours:,.0f} "
-        f"if it runs for the whole ttl ({prices.PRICE_NOTE})."
+        f"Estimated cost: {usd(plan.hourly_usd)}/h{unknown}, about ${plan.hourly_usd * hours:,.0f} "
+        f"if it runs for the whole ttl (instances only; prices: {sources_text(plan.price_sources)})."
     )
     return lines

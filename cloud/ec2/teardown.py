@@ -240,7 +240,7 @@ def bill(aws: Aws, name: str, book: PriceBook, now: dt.datetime | None = None) -
     with aws_step(f"listing the running instances of cluster {name}", aws.region):
         running = [running_of(i) for i in instances_matching(aws, live)]
     if not running:
-        return [f"Cluster {name} in {aws.region}: no instance runs, so nothing of it is billed by the hour."]
+        return [f"Cluster {name} in {aws.region}: none of its instances is running; they cost nothing now."]
     births = [r.created_at or r.launched for r in running if r.created_at or r.launched]
     born = min(births) if births else None
     cost = cost_of(running, book.instance_rate, now)

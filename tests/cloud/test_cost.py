@@ -303,6 +303,20 @@ def test_down_with_yes_does_not_ask(
     assert live_instances(aws) == []
 
 
+def test_down_of_a_cluster_whose_instances_are_gone_says_so_and_still_asks(
+    cluster: None, aws: str, calls: Calls, capsys: pytest.CaptureFixture[str]
+) -> None:
+    client = raw_client("ec2", aws)
+    client.terminate_instances(InstanceIds=live_instances(aws))
+    calls.clear()
+
+    assert run_cli("cloud", "down", "sprint42") == 1  # the network is left, and nobody to ask
+
+    out = capsys.readouterr().out
+    assert "Cluster sprint42 in us-east-1: none of its instances is running; they cost nothing now." in out
+    assert calls.mutating() == [] and "GetProducts" not in calls.names()
+
+
 def test_reap_says_the_cost_and_does_not_ask_per_cluster(
     cluster: None, aws: str, terminal: Callable[[str], None], capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -19,8 +19,9 @@
    the cluster's expiry (``expiry``; ``extend`` moves the expiry);
 
 then waits until the instances run and SSH answers. Before it creates anything
-it says what it will create with an hourly cost estimate and asks (``--yes``
-skips the question). Whatever a run creates is tagged ``rayrig:cluster``,
+it says what it will create with an hourly cost estimate (on-demand prices from
+the AWS Pricing API, spot prices from the spot price history) and asks
+(``--yes`` skips the question). Whatever a run creates is tagged ``rayrig:cluster``,
 ``rayrig:role``, ``rayrig:owner``, ``rayrig:expires-at`` and
 ``rayrig:created=true``; a second run finds it by those tags and creates
 nothing. A run that fails half way removes what it created and says what failed.
@@ -29,21 +30,23 @@ the state folder); each instance fills a slot (``rayrig:slot``) and is launched
 with a ``ClientToken`` derived from the cluster, its key pair, the group and
 the slot, so a retried or concurrent launch gets the same instance back.
 
-``down(NAME)`` deletes what carries ``rayrig:created=true`` and the cluster's
-tag in the region ``up`` recorded, then lists whatever still carries the tag
-(1 if anything does); it forgets the record only when nothing is left there.
-``list_clusters`` lists clusters; ``reap`` takes down the expired ones (what
-their instances, which end themselves, leave behind).
+``down(NAME)`` says how long the cluster has run and what it has cost, asks,
+deletes what carries ``rayrig:created=true`` and the cluster's tag in the
+region ``up`` recorded, then lists whatever still carries the tag (1 if
+anything does); it forgets the record only when nothing is left there.
+``list_clusters`` lists clusters (with their cost so far); ``reap`` takes down
+the expired ones (what their instances, which end themselves, leave behind).
 ``inventories/ec2.py`` turns a cluster's instances into pyinfra hosts
 (``cluster_hosts``).
 
 The modules, in the order a run of ``up`` meets them: ``spec`` (the file),
 ``aws`` (clients, errors, tags), ``ami`` (the AMI and instance types),
-``rules`` (the security group), ``iam`` (the instance profile), ``plan``
-(discover and plan), ``apply`` (one ensure-step per resource), ``failover``
-(where each launch is tried), ``waits`` (polling), ``state`` (what this
-machine remembers), ``bring_up``; then ``teardown`` (down, ls, reap),
-``expiry`` (the instances' timer, and extend) and ``inventory``.
+``rules`` (the security group), ``iam`` (the instance profile), ``pricing``
+(rates from AWS; ``prices``, the offline table), ``plan`` (discover and plan),
+``apply`` (one ensure-step per resource), ``failover`` (where each launch is
+tried), ``waits`` (polling), ``state`` (what this machine remembers),
+``bring_up``; then ``teardown`` (down, ls, reap), ``expiry`` (the instances'
+timer, and extend) and ``inventory``.
 The command line is ``rayrig/commands/cloud.py``.
 """
 

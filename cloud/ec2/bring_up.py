@@ -35,6 +35,7 @@ from cloud.ec2.aws import (
 )
 from cloud.ec2.failover import check_zones
 from cloud.ec2.plan import discover, make_plan, plan_summary
+from cloud.ec2.pricing import PriceBook
 from cloud.ec2.rules import ray_ports
 from cloud.ec2.spec import ClusterSpec
 from cloud.ec2.state import cluster_lock, load_state, save_state, state_path
@@ -90,9 +91,10 @@ def up(
         now = utc_now()
         expires_at = existing.expires_at or now + spec.ttl
         created_at = existing.created_at or now
-        plan = make_plan(spec, existing, ports)
+        book = PriceBook(aws)  # on-demand from the Pricing API, spot from the history; the table if they fail
+        plan = make_plan(spec, existing, ports, book.rate)
         expiry.refuse_expired(spec.name, existing.expires_at, now, bool(plan.launches or plan.starts))
-        for line in plan_summary(spec, ami, plan, expires_at):
+        for line in plan_summary(spec, ami, plan, expires_at) + book.notices:
             say(line)
 
         if plan.creates and not assume_yes:

@@ -8,13 +8,13 @@ the hourly cost; ``plan_summary`` is the text the user confirms.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from botocore.exceptions import ClientError
 
-from cloud.ec2 import iam, prices
+from cloud.ec2 import iam
 from cloud.ec2.ami import Ami
 from cloud.ec2.aws import (
     LIVE_STATES,
@@ -35,6 +35,7 @@ from cloud.ec2.aws import (
     tags_of,
 )
 from cloud.ec2.failover import choices_text
+from cloud.ec2.pricing import Rate, offline_rate, sources_text, usd
 from cloud.ec2.rules import ports_text
 from cloud.ec2.spec import ClusterSpec, GroupSpec
 
@@ -194,6 +195,7 @@ class Plan:
     starts: list[str] = field(default_factory=list)
     hourly_usd: float = 0.0
     unpriced: list[str] = field(default_factory=list)
+    price_sources: list[str] = field(default_factory=list)
 
     @property
     def creates(self) -> bool:
@@ -201,8 +203,23 @@ class Plan:
         return any(action in ("create", "start", "update") for action, _ in self.lines)
 
 
-def make_plan(spec: ClusterSpec, existing: Existing, ports: Mapping[str, int]) -> Plan:
-    """Work out what ``up`` creates, reuses and starts, and what the cluster costs per hour."""
+#: The hourly rate of one instance: (instance type, market, zones it may run in) -> rate and its source.
+RateLookup = Callable[[str, str, Sequence[str]], Rate]
+
+
+def instance_market(instance: Mapping[str, Any]) -> str:
+    """How ``instance`` is billed: "spot" or "on-demand"."""
+    return "spot" if instance.get("InstanceLifecycle") == "spot" else "on-demand"
+
+
+def plan_zones(spec: ClusterSpec, existing: Existing) -> list[str]:
+    """The zones the instances may run in, when known: those of the cluster's subnets, then the spec's in
+    its order of preference (none: AWS chooses)."""
+    return list(dict.fromkeys([*existing.subnets, *spec.network.zones]))
+
+
+def make_plan(spec: ClusterSpec, existing: Existing, ports: Mapping[str, int], rate: RateLookup = offline_rate) -> Plan:
+    """Work out what ``up`` creates, reuses and starts, and what the cluster costs per hour at ``rate``."""
     plan = Plan()
     net = spec.network
     name = resource_name(spec)
@@ -239,13 +256,30 @@ def make_plan(spec: ClusterSpec, existing: Existing, ports: Mapping[str, int]) -
 
     plan.lines += iam.plan_lines(spec, existing.iam)
 
-    counts: dict[str, int] = {}
+    zones = plan_zones(spec, existing)
     for group in spec.groups:
         have = existing.instances.get(group.name, [])
         stopped = [i["InstanceId"] for i in have if i["State"]["Name"] in ("stopped", "stopping")]
         missing = group.count - len(have)
-        rate = prices.hourly_usd(group.instance_type)
-        cost = f"${rate * group.count:,.2f}/h" if rate is not None else "price unknown"
+        price = rate(group.instance_type, group.market, zones)
+        # What runs is priced as it runs (failover may have launched another type or market), what is
+        # missing at the group's first choice.
+        running = [(i["InstanceType"], instance_market(i)) for i in have]
+        running += [(group.instance_type, group.market)] * max(missing, 0)
+        hourly: float | None = 0.0
+        for itype, market in running:
+            each = price if (itype, market) == (group.instance_type, group.market) else rate(itype, market, zones)
+            plan.price_sources.append(each.source)
+            if each.usd_per_hour is None:
+                plan.unpriced.append(itype)
+                hourly = None
+            elif hourly is not None:
+                hourly += each.usd_per_hour
+        if hourly is None:
+            cost = f"price unknown, {price.source}"
+        else:
+            plan.hourly_usd += hourly
+            cost = f"{usd(hourly)}/h, {price.source}"
         what = (
             f"{group.name}: {group.count} x {choices_text(group, ())}, "
             f"{group.root_volume_gb} GB encrypted gp3, IMDSv2 only ({cost})"
@@ -258,9 +292,7 @@ def make_plan(spec: ClusterSpec, existing: Existing, ports: Mapping[str, int]) -
         if stopped:
             plan.starts += stopped
             line("start", f"{group.name}: {len(stopped)} stopped instance(s) {', '.join(stopped)}")
-        for itype in [i["InstanceType"] for i in have] + [group.instance_type] * max(missing, 0):
-            counts[itype] = counts.get(itype, 0) + 1  # what runs at its actual type, what is missing at the first
-    plan.hourly_usd, plan.unpriced = prices.estimate(counts)
+    plan.unpriced = sorted(set(plan.unpriced))
     return plan
 
 
@@ -291,9 +323,9 @@ def plan_summary(spec: ClusterSpec, ami: Ami, plan: Plan, expires_at: dt.datetim
     lines += [f"  {action:7s} {text}" for action, text in plan.lines]
     lines.append(f"  AMI     {ami.id} ({ami.name or 'no name'}), SSH user {ami.ssh_user}")
     hours = spec.ttl.total_seconds() / 3600
-    unknown = f" plus {', '.join(plan.unpriced)} (not in the price table)" if plan.unpriced else ""
+    unknown = f" plus {', '.join(plan.unpriced)} (price unknown)" if plan.unpriced else ""
     lines.append(
-        f"Estimated cost: ${plan.hourly_usd:,.2f}/h{unknown}, about ${plan.hourly_usd * hours:,.0f} "
-        f"if it runs for the whole ttl ({prices.PRICE_NOTE})."
+        f"Estimated cost: {usd(plan.hourly_usd)}/h{unknown}, about ${plan.hourly_usd * hours:,.0f} "
+        f"if it runs for the whole ttl (instances only; prices: {sources_text(plan.price_sources)})."
     )
     return lines

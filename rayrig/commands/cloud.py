@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import functools
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from checks.report import latest_checks, latest_report
@@ -27,17 +29,18 @@ from cloud.ec2 import (
 )
 from cloud.ec2.aws import default_region, utc_now
 from cloud.ec2.expiry import CHECK_EVERY, extend, name_problem, parse_duration
-from cloud.ec2.prices import PRICE_NOTE
+from cloud.ec2.pricing import PriceBook, sources_text, span, usd
 from cloud.ec2.state import load_state, recorded_regions, state_path
 from deploy.paths import repo_root
 from rayrig.errors import UsageError
 from rayrig.run import DEPLOY_FILE, InventoryFileError, run_pyinfra
 
 
-def ask(question: str) -> bool:
-    """Ask ``question`` on the terminal; True for yes. Without a terminal, a ``CloudError`` that asks for --yes."""
+def ask(question: str, doing: str = "create") -> bool:
+    """Ask ``question`` on the terminal; True for yes. Without a terminal, a ``CloudError`` that asks for --yes
+    (to do ``doing`` without asking)."""
     if not sys.stdin.isatty():
-        raise CloudError("not confirmed: stdin is not a terminal; pass --yes to create without asking")
+        raise CloudError(f"not confirmed: stdin is not a terminal; pass --yes to {doing} without asking")
     try:
         answer = input(f"{question} [y/N] ")
     except EOFError:
@@ -53,32 +56,37 @@ def _span(delta: dt.timedelta) -> str:
     return f"-{text}" if delta.total_seconds() < 0 else text
 
 
-def format_clusters(clusters: list[ClusterInfo], now: dt.datetime) -> list[str]:
-    """``rayrig cloud ls`` lines: name, owner, age, expiry, instance types, running cost."""
-    rows = [("NAME", "OWNER", "AGE", "EXPIRES (UTC)", "LEFT", "RUNNING", "$/H")]
+def format_clusters(clusters: list[ClusterInfo], now: dt.datetime, notices: Sequence[str] = ()) -> list[str]:
+    """``rayrig cloud ls`` lines: name, owner, launch, run time, expiry, instance types, hourly rate and cost
+    so far; then where the prices come from, and ``notices`` (a price lookup that failed)."""
+    rows = [("NAME", "OWNER", "LAUNCHED (UTC)", "UP", "EXPIRES (UTC)", "LEFT", "RUNNING", "$/H", "COST")]
+    sources: list[str] = []
     for c in clusters:
         running = ", ".join(f"{n} x {t}" for t, n in sorted(c.running.items())) or "-"
         if c.spot:
             running += f" ({c.spot} spot)"
-        cost = f"{c.hourly_usd:,.2f}" + ("+?" if c.unpriced else "") + ("*" if c.spot else "")
+        unknown = "+?" if c.cost and c.cost.unpriced else ""
+        sources += c.cost.sources if c.cost else []
         rows.append(
             (
                 c.name,
                 c.owner or "?",
-                _span(now - c.created_at) if c.created_at else "?",
+                f"{c.created_at:%Y-%m-%d %H:%M}" if c.created_at else "?",
+                span(now - c.created_at) if c.created_at else "?",
                 f"{c.expires_at:%Y-%m-%d %H:%M}" if c.expires_at else f"unreadable: {c.expiry_text!r}",
                 ("EXPIRED" if c.expired(now) else _span(c.expires_at - now)) if c.expires_at else "never",
                 running,
-                cost,
+                f"{c.cost.hourly_usd:,.2f}{unknown}" if c.cost else "?",
+                f"{usd(c.cost.so_far_usd)}{unknown}" if c.cost else "?",
             )
         )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows]
-    if any(c.spot for c in clusters):
-        lines.append(f"* spot instances priced at the on-demand rate, an upper bound ({PRICE_NOTE})")
-    else:
-        lines.append(f"$/h: {PRICE_NOTE}")
-    return lines
+    lines.append(
+        "$/H and COST in USD, instances only; COST: each instance's hours since its launch x its rate "
+        f"(prices: {sources_text(sources)})"
+    )
+    return lines + list(notices)
 
 
 def up_cmd(args: argparse.Namespace) -> int:
@@ -174,7 +182,8 @@ def down_cmd(args: argparse.Namespace) -> int:
     """``rayrig cloud down NAME``: 0 when nothing carries the cluster's tag any more.
 
     The region is --region, else the one ``up`` recorded here, else boto3's; with none of them, a
-    ``UsageError`` that asks for --region.
+    ``UsageError`` that asks for --region. It says the run time and cost, then asks on a terminal
+    (--yes: does not ask); without a terminal and without --yes it refuses (1), deleting nothing.
     """
     if not (args.region or load_state(args.name).get("region") or default_region()):
         raise UsageError(
@@ -183,7 +192,8 @@ def down_cmd(args: argparse.Namespace) -> int:
             "pass --region REGION (the region it runs in), or set AWS_REGION",
         )
     try:
-        return down(args.name, args.region, timeout_s=args.timeout, say=print)
+        confirm = functools.partial(ask, doing=f"take cluster {args.name} down")
+        return down(args.name, args.region, assume_yes=args.yes, confirm=confirm, timeout_s=args.timeout, say=print)
     except CloudError as exc:
         print(f"rayrig cloud down: {exc}", file=sys.stderr)
         return 1
@@ -210,7 +220,8 @@ def ls_cmd(args: argparse.Namespace) -> int:
     for region in regions:
         try:
             aws = connect(region)
-            clusters = list_clusters(aws)
+            book = PriceBook(aws)
+            clusters = list_clusters(aws, book, utc_now())
         except CloudError as exc:
             print(f"rayrig cloud ls: {exc}", file=sys.stderr)
             return 1
@@ -219,7 +230,7 @@ def ls_cmd(args: argparse.Namespace) -> int:
         if not clusters:
             print(f"No rayrig cluster in {aws.region}.")
             continue
-        for line in format_clusters(clusters, utc_now()):
+        for line in format_clusters(clusters, utc_now(), book.notices):
             print(line)
     return 0
 
@@ -288,11 +299,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     down_ = sub.add_parser("down", help="delete everything rayrig created for a cluster")
     down_.add_argument("name", help="the cluster's name")
+    down_.add_argument("--yes", "-y", action="store_true", help="take it down without asking")
     down_.add_argument("--region", help="default: the region up recorded here, else boto3's")
     timeout(down_)
     down_.set_defaults(func=down_cmd)
 
-    ls = sub.add_parser("ls", help="list clusters with age, expiry, instances and running cost")
+    ls = sub.add_parser("ls", help="list clusters with launch, run time, expiry, instances, $/h and cost so far")
     ls.add_argument("--region", help="default: the regions of the clusters up recorded here, and boto3's")
     ls.set_defaults(func=ls_cmd)
 

@@ -8,7 +8,9 @@ through botocore's own event hooks on the sessions rayrig makes:
 - ``inject`` answers chosen calls with an AWS error response, which botocore
   parses and retries exactly as it would a real one;
 - EC2 placement groups, which moto 5 does not implement, are emulated in memory
-  (create, describe with tag filters, tag, delete), the only gap filled by hand.
+  (create, describe with tag filters, tag, delete);
+- the AWS Pricing API, which moto lacks, answers from a recorded price list on a
+  local port of its own (``pricing_api.py``, ``RAYRIG_AWS_PRICING_ENDPOINT_URL``).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from moto.server import ThreadedMotoServer
 from cloud.ec2 import aws as ec2_aws
 from cloud.ec2 import waits
 from rayrig.cli import main
+from tests.cloud import pricing_api as pricing
 
 REGION = "us-east-1"
 #: moto's value of AWS's public parameter: an Amazon Linux 2023 AMI (SSH user ec2-user).
@@ -272,6 +275,23 @@ def _form(request: Any) -> dict[str, str]:
     body = request.body or b""
     text = body.decode() if isinstance(body, bytes) else str(body)
     return {key: values[0] for key, values in urllib.parse.parse_qs(text).items()}
+
+
+@pytest.fixture(scope="session")
+def pricing_server() -> Iterator[tuple[pricing.PricingApi, str]]:
+    """One Pricing API server for the whole tier: its state and its URL."""
+    api = pricing.PricingApi()
+    for url in pricing.serve(api):
+        yield api, url
+
+
+@pytest.fixture(autouse=True)
+def pricing_api(pricing_server: tuple[pricing.PricingApi, str], monkeypatch: pytest.MonkeyPatch) -> pricing.PricingApi:
+    """The Pricing API with the recorded products (a test may change ``products``), where rayrig asks it."""
+    api, url = pricing_server
+    api.reset()
+    monkeypatch.setenv("RAYRIG_AWS_PRICING_ENDPOINT_URL", url)
+    return api
 
 
 @pytest.fixture

@@ -170,7 +170,7 @@ def test_a_re_run_reuses_every_subnet_and_down_deletes_them_all(
     assert "Nothing to create: every resource of the cluster exists." in out
     for zone, subnet in made.items():
         assert "reuse   subnet 10.42." in out and f"in {zone} ({subnet})" in out
-    assert run_cli("cloud", "down", "sprint42") == 0
+    assert run_cli("cloud", "down", "sprint42", "--yes") == 0
     assert subnets_of(client) == {}
 
 

@@ -118,7 +118,7 @@ def test_down_deletes_the_role_its_policy_and_the_profile(
     bring_up(write_spec(s3_buckets=BUCKETS), no_ssh)
     capsys.readouterr()
 
-    assert run_cli("cloud", "down", "sprint42") == 0
+    assert run_cli("cloud", "down", "sprint42", "--yes") == 0
 
     out = capsys.readouterr().out
     assert "deleting instance profile rayrig-sprint42" in out and "deleting IAM role rayrig-sprint42" in out
@@ -140,7 +140,7 @@ def test_what_carries_the_tag_in_iam_is_a_leftover(
     )
     capsys.readouterr()
 
-    assert run_cli("cloud", "down", "sprint42") == 1
+    assert run_cli("cloud", "down", "sprint42", "--yes") == 1
 
     out = capsys.readouterr().out
     assert "Still tagged rayrig:cluster=sprint42" in out and "IAM role theirs" in out
@@ -177,7 +177,7 @@ def test_a_profile_iam_has_not_spread_yet_is_retried_then_given_up(
     bring_up(write_spec(s3_buckets=BUCKETS), no_ssh)
 
     assert len(calls.params("RunInstances")) == 3 + 2
-    run_cli("cloud", "down", "sprint42")
+    run_cli("cloud", "down", "sprint42", "--yes")
 
     # Bounded: a profile that never becomes usable fails the run, which removes what it made.
     monkeypatch.setattr(waits, "SETTLE_S", 0.2)
@@ -204,7 +204,7 @@ def test_an_existing_profile_is_attached_and_never_deleted(
     assert [p["IamInstanceProfile"] for p in calls.params("RunInstances")] == [{"Name": "ml-data-reader"}] * 3
     assert not calls.params("CreateRole") and not calls.params("PutRolePolicy")
 
-    assert run_cli("cloud", "down", "sprint42") == 0
+    assert run_cli("cloud", "down", "sprint42", "--yes") == 0
     assert iam_names(iam) == (["ml-data"], ["ml-data-reader"])
     profile = iam.get_instance_profile(InstanceProfileName="ml-data-reader")["InstanceProfile"]
     assert [r["RoleName"] for r in profile["Roles"]] == ["ml-data"]
@@ -349,7 +349,7 @@ def test_credentials_that_may_not_read_iam_take_down_a_cluster_without_a_role(
     )
     capsys.readouterr()
 
-    assert run_cli("cloud", "down", "sprint42") == 0
+    assert run_cli("cloud", "down", "sprint42", "--yes") == 0
     assert "Nothing is left with the tag rayrig:cluster=sprint42" in capsys.readouterr().out
 
 

@@ -2,19 +2,26 @@
 
 ``up(spec)`` ensures, idempotently, what a cluster spec (``spec.py``) describes:
 
-1. a VPC with an internet gateway, a route table and a subnet (or the VPC and
-   subnet the spec names, which rayrig never tags as its own nor deletes);
+1. a VPC with an internet gateway, a route table and a subnet in each zone a
+   launch tries (or the VPC and subnet the spec names, which rayrig never tags
+   as its own nor deletes);
 2. a security group ``rayrig-NAME``: everything within the group (the Ray ports,
    NCCL and EFA included) in and out, SSH (tcp 22) from the admin CIDRs only,
    and outbound internet unless the spec turns it off;
 3. the key pair ``rayrig-NAME`` imported from the spec's public key;
 4. a cluster placement group ``rayrig-NAME`` for the workers (when asked for);
-5. the head and the workers: IMDSv2 required, an encrypted gp3 root volume,
-   spot or on-demand;
+5. the instance profile: the spec's own (``iam_instance_profile``), or a role
+   ``rayrig-NAME`` reading (and writing) exactly the spec's ``s3_buckets``
+   (``iam``);
+6. the head and the workers: IMDSv2 required, an encrypted gp3 root volume,
+   spot or on-demand; on a capacity error, in the next zone, instance type or
+   market the spec allows (``failover``); and a timer that terminates each at
+   the cluster's expiry (``expiry``; ``extend`` moves the expiry);
 
 then waits until the instances run and SSH answers. Before it creates anything
-it says what it will create with an hourly cost estimate and asks (``--yes``
-skips the question). Whatever a run creates is tagged ``rayrig:cluster``,
+it says what it will create with an hourly cost estimate (on-demand prices from
+the AWS Pricing API, spot prices from the spot price history) and asks
+(``--yes`` skips the question). Whatever a run creates is tagged ``rayrig:cluster``,
 ``rayrig:role``, ``rayrig:owner``, ``rayrig:expires-at`` and
 ``rayrig:created=true``; a second run finds it by those tags and creates
 nothing. A run that fails half way removes what it created and says what failed.
@@ -23,18 +30,23 @@ the state folder); each instance fills a slot (``rayrig:slot``) and is launched
 with a ``ClientToken`` derived from the cluster, its key pair, the group and
 the slot, so a retried or concurrent launch gets the same instance back.
 
-``down(NAME)`` deletes what carries ``rayrig:created=true`` and the cluster's
-tag in the region ``up`` recorded, then lists whatever still carries the tag
-(1 if anything does); it forgets the record only when nothing is left there.
-``list_clusters`` lists clusters; ``reap`` takes down the expired ones.
+``down(NAME)`` says how long the cluster has run and what it has cost, asks,
+deletes what carries ``rayrig:created=true`` and the cluster's tag in the
+region ``up`` recorded, then lists whatever still carries the tag (1 if
+anything does); it forgets the record only when nothing is left there.
+``list_clusters`` lists clusters (with their cost so far); ``reap`` takes down
+the expired ones (what their instances, which end themselves, leave behind).
 ``inventories/ec2.py`` turns a cluster's instances into pyinfra hosts
 (``cluster_hosts``).
 
 The modules, in the order a run of ``up`` meets them: ``spec`` (the file),
 ``aws`` (clients, errors, tags), ``ami`` (the AMI and instance types),
-``rules`` (the security group), ``plan`` (discover and plan), ``apply`` (one
-ensure-step per resource), ``waits`` (polling), ``state`` (what this machine
-remembers), ``bring_up``; then ``teardown`` (down, ls, reap) and ``inventory``.
+``rules`` (the security group), ``iam`` (the instance profile), ``pricing``
+(rates from AWS; ``prices``, the offline table), ``plan`` (discover and plan),
+``apply`` (one ensure-step per resource), ``failover`` (where each launch is
+tried), ``waits`` (polling), ``state`` (what this machine remembers),
+``bring_up``; then ``teardown`` (down, ls, reap), ``expiry`` (the instances'
+timer, and extend) and ``inventory``.
 The command line is ``rayrig/commands/cloud.py``.
 """
 

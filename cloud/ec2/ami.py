@@ -101,15 +101,17 @@ def instance_type_info(aws: Aws, types: Iterable[str]) -> dict[str, dict[str, An
 
 
 def check_fit(spec: ClusterSpec, ami: Ami, types: Mapping[str, Mapping[str, Any]]) -> None:
-    """Raise ``CloudError`` unless every group's instance type runs the AMI and its root volume holds it."""
+    """Raise ``CloudError`` unless every group's instance types run the AMI and its root volume holds it."""
     problems = []
     for where, group in [("head", spec.head)] + [(f"workers[{i}]", g) for i, g in enumerate(spec.workers)]:
-        archs = types[group.instance_type].get("ProcessorInfo", {}).get("SupportedArchitectures", [])
-        if archs and ami.architecture not in archs:
-            problems.append(
-                f"{where}.instance_type = {group.instance_type!r}: expected a type that runs "
-                f"{ami.architecture} AMIs like {ami.id} (it runs {', '.join(archs)})"
-            )
+        for i, instance_type in enumerate(group.preferences):
+            archs = types[instance_type].get("ProcessorInfo", {}).get("SupportedArchitectures", [])
+            key = f"instance_types[{i}]" if group.instance_types else "instance_type"
+            if archs and ami.architecture not in archs:
+                problems.append(
+                    f"{where}.{key} = {instance_type!r}: expected a type that runs "
+                    f"{ami.architecture} AMIs like {ami.id} (it runs {', '.join(archs)})"
+                )
         if group.root_volume_gb < ami.root_size_gb:
             problems.append(
                 f"{where}.root_volume_gb = {group.root_volume_gb}: expected at least {ami.root_size_gb}, "

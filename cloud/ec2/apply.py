@@ -8,16 +8,20 @@ that a failed run removes exactly that.
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import ipaddress
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from botocore.exceptions import ClientError
 
+from cloud.ec2 import expiry, failover, iam
 from cloud.ec2.ami import Ami
 from cloud.ec2.aws import (
     LIVE_STATES,
+    TAG_EXPIRES,
     TAG_GROUP,
     TAG_ROLE,
     TAG_SLOT,
@@ -29,11 +33,12 @@ from cloud.ec2.aws import (
     created_filters,
     error_code,
     instances_matching,
+    paginate,
     tags_of,
 )
 from cloud.ec2.plan import Existing, Plan, resource_name
 from cloud.ec2.rules import Rule, desired_rules, exposed_ray_ports, rules_of
-from cloud.ec2.spec import ClusterSpec, GroupSpec
+from cloud.ec2.spec import ClusterSpec, GroupSpec, subnet_blocks
 from cloud.ec2.teardown import Resources
 from cloud.ec2.waits import settled, wait_instances, wait_vpc_available
 
@@ -75,11 +80,14 @@ class Build:
     say: Progress
     timeout_s: float
     vpc_id: str = ""
-    subnet_id: str = ""
+    subnet_id: str = ""  # the subnet of the zone the current launch tries (one of subnets)
+    subnets: dict[str, str] = field(default_factory=dict)  # the cluster's subnet in each zone it uses
+    route_table_id: str = ""
     internet_gateway_id: str = ""
     group_id: str = ""
     key_pair_id: str = ""
     placement: str | None = None
+    instance_profile: dict[str, str] | None = None  # RunInstances' IamInstanceProfile
 
     @property
     def ec2(self) -> Any:
@@ -90,6 +98,11 @@ class Build:
     def name(self) -> str:
         """The name of the security group, key pair and placement group (``rayrig-NAME``)."""
         return resource_name(self.spec)
+
+    @property
+    def roles(self) -> dict[str, str]:
+        """Each group's role, by group name."""
+        return {g.name: g.role for g in self.spec.groups}
 
     def tags(self, role: str, **extra: str) -> dict[str, str]:
         """The tags of a resource with ``rayrig:role`` ``role``."""
@@ -104,16 +117,18 @@ def tag_spec(resource_type: str, tags: Mapping[str, str]) -> list[dict[str, Any]
 def apply(build: Build, plan: Plan) -> list[dict[str, Any]]:
     """Ensure every resource of the cluster, in order; return its instances, described, once they run."""
     if build.spec.network.existing:
-        build.vpc_id, build.subnet_id = build.spec.network.vpc_id or "", build.spec.network.subnet_id or ""
+        build.vpc_id = build.spec.network.vpc_id or ""
+        build.subnets = {zone: subnet["SubnetId"] for zone, subnet in build.existing.subnets.items()}
     else:
         with aws_step("creating the network", build.spec.region):
             ensure_vpc(build)
             ensure_internet_gateway(build)
-            ensure_subnet(build)
             ensure_route_table(build)
+            ensure_subnets(build)
     ensure_security_group(build)
     ensure_key_pair(build)
     ensure_placement_group(build)
+    ensure_instance_profile(build)
     launch_instances(build, plan)
     start_instances(build, plan)
     return wait_running(build)
@@ -148,25 +163,60 @@ def ensure_internet_gateway(build: Build) -> None:
     build.internet_gateway_id = igw_id
 
 
-def ensure_subnet(build: Build) -> None:
-    """The cluster's subnet (in the spec's availability zone, if it names one)."""
-    if build.existing.subnet:
-        build.subnet_id = build.existing.subnet["SubnetId"]
-        return
+def ensure_subnets(build: Build) -> None:
+    """The cluster's subnets so far, each associated with the route table; one in a zone AWS chooses when the
+    spec names no zone. A subnet for each zone of the spec is made when a launch first tries it (``subnet_in``)."""
+    for zone, subnet in build.existing.subnets.items():
+        build.subnets[zone] = subnet["SubnetId"]
+        associate_subnet(build, subnet["SubnetId"])
+    if not build.subnets and not build.spec.network.zones:
+        create_subnet(build, None)
+
+
+def subnet_in(build: Build, zone: str) -> str:
+    """The cluster's subnet in ``zone``, made (and associated with the route table) if it has none there yet."""
+    if zone not in build.subnets:
+        with aws_step(f"creating the subnet in {zone}", build.spec.region):
+            create_subnet(build, zone)
+    return build.subnets[zone]
+
+
+def create_subnet(build: Build, zone: str | None) -> None:
+    """A subnet in ``zone`` (AWS's choice when None): the first block of ``subnet_cidr``'s size in the VPC,
+    from ``subnet_cidr`` on, that no subnet of the VPC overlaps."""
     net = build.spec.network
-    zone: dict[str, Any] = {"AvailabilityZone": net.availability_zone} if net.availability_zone else {}
-    build.subnet_id = settled(
+    taken = [
+        ipaddress.ip_network(s["CidrBlock"])
+        for s in paginate(
+            build.ec2, "describe_subnets", "Subnets", Filters=[{"Name": "vpc-id", "Values": [build.vpc_id]}]
+        )
+    ]
+    blocks = subnet_blocks(ipaddress.ip_network(net.vpc_cidr), ipaddress.ip_network(net.subnet_cidr))
+    free = [b for b in blocks if not any(b.overlaps(t) for t in taken)]
+    if not free:
+        raise CloudError(f"VPC {build.vpc_id} ({net.vpc_cidr}) has no room left for a subnet in {zone}")
+    where: dict[str, Any] = {"AvailabilityZone": zone} if zone else {}
+    subnet = settled(
         build.ec2.create_subnet,
         VpcId=build.vpc_id,
-        CidrBlock=net.subnet_cidr,
+        CidrBlock=str(free[0]),
         TagSpecifications=tag_spec("subnet", build.tags("subnet")),
-        **zone,
-    )["Subnet"]["SubnetId"]
-    build.ledger.add("subnets", build.subnet_id, "subnet")
+        **where,
+    )["Subnet"]
+    build.ledger.add("subnets", subnet["SubnetId"], f"subnet ({free[0]} in {subnet['AvailabilityZone']})")
+    build.subnets[subnet["AvailabilityZone"]] = subnet["SubnetId"]
+    associate_subnet(build, subnet["SubnetId"])
+
+
+def associate_subnet(build: Build, subnet_id: str) -> None:
+    """The route table associated with ``subnet_id`` (once)."""
+    rtb = build.existing.route_table or {}
+    if not any(a.get("SubnetId") == subnet_id for a in rtb.get("Associations", [])):
+        settled(build.ec2.associate_route_table, RouteTableId=build.route_table_id, SubnetId=subnet_id)
 
 
 def ensure_route_table(build: Build) -> None:
-    """A route table with the default route through the gateway, associated with the subnet."""
+    """A route table with the default route through the gateway (``associate_subnet`` associates each subnet)."""
     ec2, rtb, igw_id = build.ec2, build.existing.route_table, build.internet_gateway_id
     if rtb is None:
         rtb = settled(
@@ -180,8 +230,7 @@ def ensure_route_table(build: Build) -> None:
         r.get("DestinationCidrBlock") == "0.0.0.0/0" and r.get("GatewayId") == igw_id for r in rtb.get("Routes", [])
     ):
         settled(ec2.create_route, RouteTableId=rtb_id, DestinationCidrBlock="0.0.0.0/0", GatewayId=igw_id)
-    if not any(a.get("SubnetId") == build.subnet_id for a in rtb.get("Associations", [])):
-        settled(ec2.associate_route_table, RouteTableId=rtb_id, SubnetId=build.subnet_id)
+    build.route_table_id = rtb_id
 
 
 def ensure_security_group(build: Build) -> None:
@@ -266,28 +315,93 @@ def ensure_placement_group(build: Build) -> None:
         build.placement = build.name
 
 
+def ensure_instance_profile(build: Build) -> None:
+    """The instance profile the instances get: the spec's own, or rayrig's role for ``s3_buckets`` (``iam.py``);
+    instances launched before the spec asked for one get it attached."""
+    build.instance_profile = iam.ensure_instance_profile(
+        build.aws, build.spec, build.existing.iam, build.tags("iam"), build.ledger.add
+    )
+    if build.instance_profile is None:
+        return
+    wanted = next(iter(build.instance_profile.values()))
+    for group in build.existing.instances.values():
+        for instance in group:
+            have = instance.get("IamInstanceProfile", {}).get("Arn")
+            if have is None:
+                build.say(f"  attaching instance profile {wanted} to {instance['InstanceId']}")
+                with aws_step(f"attaching instance profile {wanted} to {instance['InstanceId']}", build.spec.region):
+                    settled(
+                        build.ec2.associate_iam_instance_profile,
+                        IamInstanceProfile=build.instance_profile,
+                        InstanceId=instance["InstanceId"],
+                    )
+            elif not (have == wanted or have.endswith(f"/{wanted}")):
+                build.say(
+                    f"  {instance['InstanceId']} keeps instance profile {have}, not {wanted}: "
+                    "replace it in the EC2 console, or take the cluster down and up again"
+                )
+
+
 #: How many spent client tokens one slot may meet before rayrig gives up (each is an instance that ended).
 MAX_SLOT_GENERATIONS = 50
 
 
 def launch_instances(build: Build, plan: Plan) -> None:
-    """Launch the instances the plan lacks, group by group, one per free slot.
+    """Launch the instances the plan lacks, group by group, one per free slot, failing over on capacity errors.
 
-    Each launch is idempotent on AWS's side: its ``ClientToken`` is derived
-    from the cluster, its key pair, the group and the slot, so a retried call,
-    or another ``up`` of the same cluster launching the same slot at the same
-    time, gets the same instance back instead of a second one.
+    Each slot tries its options (instance type, zone, market; see ``failover``) in order until one
+    launches. Each launch is idempotent on AWS's side: its ``ClientToken`` is derived from the
+    cluster, its key pair, the group, the slot and the option, so a retried call, or another ``up``
+    of the same cluster launching the same slot at the same time, gets the same instance back
+    instead of a second one, and the next option is a new request.
     """
+    tries = failover.Tries(build.spec.region)
     for group, count in plan.launches:
         slots = free_slots(group, build.existing.instances.get(group.name, []), count)
-        build.say(f"  launching {count} x {group.instance_type} ({group.market}) for {group.name}")
+        build.say(f"  launching {count} for {group.name}: {failover.choices_text(group, launch_zones(build))}")
         with aws_step(f"launching {count} x {group.instance_type} for {group.name}", build.spec.region):
             for slot in slots:
-                instance, ours = launch_slot(build, group, slot)
+                candidates = failover.options(
+                    group, launch_zones(build), holding=held_zones(build, tries), only=pinned_zone(build, group, tries)
+                )
+                instance, ours = failover.place(
+                    group, slot, candidates, functools.partial(launch_option, build, group, slot), tries, build.say
+                )
                 if ours:
                     build.ledger.add("instances", instance["InstanceId"], f"{group.name} instance")
                 else:
                     build.say(f"  {group.name} slot {slot}: another run launched {instance['InstanceId']} meanwhile")
+    for line in tries.summary():
+        build.say(line)
+
+
+def launch_zones(build: Build) -> list[str]:
+    """The zones launches may try: the spec's, else those of the cluster's subnets (one, in a zone AWS chose)."""
+    return list(build.spec.network.zones) or sorted(build.subnets)
+
+
+def held_zones(build: Build, tries: failover.Tries) -> list[str]:
+    """The zones that hold the cluster's instances, from before this run or launched by it."""
+    before = [failover.option_of(i).zone for have in build.existing.instances.values() for i in have]
+    return before + tries.zones()
+
+
+def pinned_zone(build: Build, group: GroupSpec, tries: failover.Tries) -> str | None:
+    """The zone of the placement group the instances of ``group`` join, once a worker holds it; else None."""
+    if not (build.placement and group.role == "worker"):
+        return None
+    workers = [i for have in build.existing.instances.values() for i in have if tags_of(i).get(TAG_ROLE) == "worker"]
+    zones = [failover.option_of(i).zone for i in workers] + tries.zones("worker", build.roles)
+    return zones[0] if zones else None
+
+
+def launch_option(build: Build, group: GroupSpec, slot: int, option: failover.Option) -> tuple[dict[str, Any], bool]:
+    """Launch the instance of ``group``'s ``slot`` as ``option`` says: its type, its market, its zone's subnet."""
+    build.subnet_id = subnet_in(build, option.zone)
+    chosen = replace(
+        group, instance_type=option.instance_type, instance_types=(option.instance_type,), market=option.market
+    )
+    return launch_slot(build, chosen, slot)
 
 
 def free_slots(group: GroupSpec, have: list[dict[str, Any]], count: int) -> list[int]:
@@ -302,13 +416,19 @@ def free_slots(group: GroupSpec, have: list[dict[str, Any]], count: int) -> list
 
 
 def client_token(build: Build, group: GroupSpec, slot: int, generation: int) -> str:
-    """The ``RunInstances`` token of one slot: the same in every run against the same key pair.
+    """The ``RunInstances`` token of one slot and option: the same in every run against the same key pair.
 
     AWS keeps a token for at least a day after its instance ended, so the token
     also names the key pair (a cluster taken down and brought up again gets a
     new one) and the slot's generation (the next one after an instance ended).
+    It names the option too (``group``'s instance type and market, the zone's
+    subnet): AWS answers a token it has seen with that request's result, so the
+    next option after a capacity error must be a new token.
     """
-    seed = f"{build.spec.name}/{build.key_pair_id}/{group.name}/{slot}/{generation}"
+    seed = (
+        f"{build.spec.name}/{build.key_pair_id}/{group.name}/{slot}/{generation}/"
+        f"{group.instance_type}/{group.market}/{build.subnet_id}"
+    )
     return f"rayrig-{hashlib.sha256(seed.encode()).hexdigest()[:40]}"
 
 
@@ -393,6 +513,13 @@ def run_instances_params(build: Build, group: GroupSpec, slot: int, token: str) 
         }
     if build.placement and group.role == "worker":
         params["Placement"] = {"GroupName": build.placement}
+    # --- instance profile (iam.py) ---
+    if build.instance_profile:
+        params["IamInstanceProfile"] = build.instance_profile
+    # Self-expiry (expiry.py): powering off terminates, the user data's timer powers off at the tag's time,
+    # which it reads through IMDS.
+    params.update(expiry.launch_params(role_tags[TAG_EXPIRES]))
+    params["MetadataOptions"]["InstanceMetadataTags"] = "enabled"
     return params
 
 

@@ -2,7 +2,8 @@
 
 Every boto3 client comes from ``Aws.client``: credentials from boto3's usual
 chain, the endpoint from ``RAYRIG_AWS_ENDPOINT_URL`` (or boto3's own
-``AWS_ENDPOINT_URL``), retries with backoff for throttling. AWS errors become
+``AWS_ENDPOINT_URL``; the Pricing API's from ``RAYRIG_AWS_PRICING_ENDPOINT_URL``
+first), retries with backoff for throttling. AWS errors become
 ``CloudError``: one line that says what failed and what to do, never a secret.
 """
 
@@ -78,7 +79,7 @@ _GONE_CODES = {
     "InvalidInstanceID.NotFound", "InvalidGroup.NotFound", "InvalidKeyPair.NotFound", "InvalidPlacementGroup.Unknown",
     "InvalidRouteTableID.NotFound", "InvalidSubnetID.NotFound", "InvalidInternetGatewayID.NotFound",
     "InvalidVpcID.NotFound", "InvalidAssociationID.NotFound", "Gateway.NotAttached", "InvalidVolume.NotFound",
-    "InvalidNetworkInterfaceID.NotFound",
+    "InvalidNetworkInterfaceID.NotFound", "NoSuchEntity",
 }  # fmt: skip
 #: What an endpoint answers for an action it does not implement (AWS, LocalStack, moto).
 _UNIMPLEMENTED_CODES = {"InvalidAction", "UnsupportedOperation", "NotImplemented"}
@@ -90,10 +91,16 @@ class CloudError(RuntimeError):
     """An EC2 operation failed. The message is one line that says what and what to do."""
 
 
-def endpoint_url() -> str | None:
-    """The AWS endpoint override: ``RAYRIG_AWS_ENDPOINT_URL``, else None (boto3 then honours
-    its own ``AWS_ENDPOINT_URL``, else talks to AWS)."""
-    return os.environ.get("RAYRIG_AWS_ENDPOINT_URL") or None
+#: Endpoint overrides of one service each, which take precedence over ``RAYRIG_AWS_ENDPOINT_URL``.
+SERVICE_ENDPOINT_VARS = {"pricing": "RAYRIG_AWS_PRICING_ENDPOINT_URL"}
+
+
+def endpoint_url(service: str | None = None) -> str | None:
+    """The AWS endpoint override of ``service``: its own variable (``SERVICE_ENDPOINT_VARS``), else
+    ``RAYRIG_AWS_ENDPOINT_URL``, else None (boto3 then honours its own ``AWS_ENDPOINT_URL``, else
+    talks to AWS)."""
+    own = SERVICE_ENDPOINT_VARS.get(service or "")
+    return (os.environ.get(own) if own else None) or os.environ.get("RAYRIG_AWS_ENDPOINT_URL") or None
 
 
 def aws_session(region: str | None) -> boto3.session.Session:
@@ -109,23 +116,27 @@ class Aws:
     region: str
     _clients: dict[str, Any] = field(default_factory=dict)
 
-    def client(self, service: str) -> Any:
+    def client(self, service: str, *, region: str | None = None, quick: bool = False) -> Any:
         """The ``service`` client: endpoint override, retries with backoff (throttling, 5xx), timeouts.
 
-        ``RAYRIG_AWS_MAX_ATTEMPTS`` (default 8) bounds the attempts per call.
+        ``RAYRIG_AWS_MAX_ATTEMPTS`` (default 8) bounds the attempts per call. ``region`` is the
+        session's unless given (the Pricing API answers in a few regions only). A ``quick`` client
+        gives up within seconds (two attempts, short timeouts): for lookups that have a fallback.
         """
-        if service not in self._clients:
+        key = f"{service}@{region or self.region}" + ("/quick" if quick else "")
+        if key not in self._clients:
+            attempts = min(2, _max_attempts()) if quick else _max_attempts()
             config = Config(
-                retries={"mode": "standard", "total_max_attempts": _max_attempts()},
-                connect_timeout=10,
-                read_timeout=60,
+                retries={"mode": "standard", "total_max_attempts": attempts},
+                connect_timeout=3 if quick else 10,
+                read_timeout=10 if quick else 60,
                 user_agent_extra="rayrig",
             )
             with aws_step(f"setting up the {service} client"):
-                self._clients[service] = self.session.client(
-                    service, region_name=self.region, endpoint_url=endpoint_url(), config=config
+                self._clients[key] = self.session.client(
+                    service, region_name=region or self.region, endpoint_url=endpoint_url(service), config=config
                 )
-        return self._clients[service]
+        return self._clients[key]
 
     @property
     def ec2(self) -> Any:
@@ -247,8 +258,8 @@ def _explain_client_error(exc: ClientError, doing: str, where: str) -> str:
         return f"{doing}: AWS kept throttling the requests ({code}, {attempts} attempts); wait a minute and retry"
     if code in _CAPACITY_CODES:
         return (
-            f"{doing}: AWS has no capacity for it{where} right now ({code}: {message}); try another "
-            "availability zone (network.availability_zone), another instance type, or on-demand instead of spot"
+            f"{doing}: AWS has no capacity for it{where} right now ({code}: {message}); list more availability "
+            'zones (network.availability_zones) or instance types (instance_types), or spot_fallback = "on-demand"'
         )
     if code in _QUOTA_CODES:
         return (

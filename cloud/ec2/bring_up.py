@@ -12,6 +12,7 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from cloud.ec2 import expiry
 from cloud.ec2.ami import check_fit, instance_type_info, resolve_ami
 from cloud.ec2.apply import Build, Ledger, apply
 from cloud.ec2.aws import (
@@ -32,7 +33,9 @@ from cloud.ec2.aws import (
     tags_of,
     utc_now,
 )
+from cloud.ec2.failover import check_zones
 from cloud.ec2.plan import discover, make_plan, plan_summary
+from cloud.ec2.pricing import PriceBook
 from cloud.ec2.rules import ray_ports
 from cloud.ec2.spec import ClusterSpec
 from cloud.ec2.state import cluster_lock, load_state, save_state, state_path
@@ -75,7 +78,8 @@ def up(
     aws = connect(spec.region)
     ports = ray_ports(spec.host_data)
     ami = resolve_ami(aws, spec)
-    check_fit(spec, ami, instance_type_info(aws, {g.instance_type for g in spec.groups}))
+    check_fit(spec, ami, instance_type_info(aws, {t for g in spec.groups for t in g.preferences}))
+    check_zones(aws, spec)
     with cluster_lock(spec.name, say):  # one up or down of the cluster at a time on this machine
         recorded = load_state(spec.name).get("region")
         if recorded not in (None, spec.region):
@@ -87,8 +91,10 @@ def up(
         now = utc_now()
         expires_at = existing.expires_at or now + spec.ttl
         created_at = existing.created_at or now
-        plan = make_plan(spec, existing, ports)
-        for line in plan_summary(spec, ami, plan, expires_at):
+        book = PriceBook(aws)  # on-demand from the Pricing API, spot from the history; the table if they fail
+        plan = make_plan(spec, existing, ports, book.rate)
+        expiry.refuse_expired(spec.name, existing.expires_at, now, bool(plan.launches or plan.starts))
+        for line in plan_summary(spec, ami, plan, expires_at) + book.notices:
             say(line)
 
         if plan.creates and not assume_yes:
@@ -124,7 +130,7 @@ def up(
                 ) from None
             raise CloudError(f"{reason}; removed what this run created") from None
 
-        state_file = save_state(spec, ami.ssh_user)
+        state_file = save_state(spec, ami.ssh_user, instances)
     addresses = [address(i, spec.network.public_ips and not spec.network.bastion) for i in instances]
     pending: list[str] = []
     if wait_ssh and spec.network.bastion:

@@ -8,13 +8,13 @@ the hourly cost; ``plan_summary`` is the text the user confirms.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from botocore.exceptions import ClientError
 
-from cloud.ec2 import prices
+from cloud.ec2 import iam
 from cloud.ec2.ami import Ami
 from cloud.ec2.aws import (
     LIVE_STATES,
@@ -34,6 +34,8 @@ from cloud.ec2.aws import (
     parse_time,
     tags_of,
 )
+from cloud.ec2.failover import choices_text
+from cloud.ec2.pricing import Rate, offline_rate, sources_text, usd
 from cloud.ec2.rules import ports_text
 from cloud.ec2.spec import ClusterSpec, GroupSpec
 
@@ -43,7 +45,7 @@ class Existing:
     """What a cluster already has, found by its tags."""
 
     vpc: dict[str, Any] | None = None
-    subnet: dict[str, Any] | None = None
+    subnets: dict[str, dict[str, Any]] = field(default_factory=dict)  # by availability zone, one per zone
     internet_gateway: dict[str, Any] | None = None
     route_table: dict[str, Any] | None = None
     security_group: dict[str, Any] | None = None
@@ -52,6 +54,7 @@ class Existing:
     instances: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     expires_at: dt.datetime | None = None
     created_at: dt.datetime | None = None
+    iam: iam.IamFound = field(default_factory=iam.IamFound)  # the instance profile
 
 
 def resource_name(spec_or_name: ClusterSpec | str) -> str:
@@ -79,14 +82,17 @@ def discover(aws: Aws, spec: ClusterSpec) -> Existing:
             _check_own_network(aws, spec, found)
         else:
             _discover_network(aws, spec.name, found)
-            stamps += [tags_of(r) for r in (found.vpc, found.subnet, found.internet_gateway, found.route_table) if r]
+            network = (found.vpc, *found.subnets.values(), found.internet_gateway, found.route_table)
+            stamps += [tags_of(r) for r in network if r]
         _discover_access(aws, spec, found)
         live = [*created_filters(spec.name), {"Name": "instance-state-name", "Values": LIVE_STATES}]
         for instance in instances_matching(aws, live):
             tags = tags_of(instance)
             found.instances.setdefault(tags.get(TAG_GROUP, "?"), []).append(instance)
             stamps.append(tags)
+    found.iam = iam.discover_iam(aws, spec)
     stamps += [tags_of(r) for r in (found.security_group, found.key_pair, found.placement_group) if r]
+    stamps += [tags_of(r) for r in (found.iam.role, found.iam.profile) if r and not spec.iam_instance_profile]
     expiries = [t for t in (parse_time(s.get(TAG_EXPIRES)) for s in stamps) if t]
     births = [t for t in (parse_time(s.get(TAG_CREATED_AT)) for s in stamps) if t]
     found.expires_at = min(expiries) if expiries else None
@@ -99,30 +105,35 @@ def _check_own_network(aws: Aws, spec: ClusterSpec, found: Existing) -> None:
     net = spec.network
     try:
         found.vpc = aws.ec2.describe_vpcs(VpcIds=[net.vpc_id])["Vpcs"][0]
-        found.subnet = aws.ec2.describe_subnets(SubnetIds=[net.subnet_id])["Subnets"][0]
+        subnet = aws.ec2.describe_subnets(SubnetIds=[net.subnet_id])["Subnets"][0]
     except ClientError as exc:
         if not is_gone(exc):
             raise
         raise CloudError(
             f"{spec.path}: network: {explain_error(exc, 'checking network.vpc_id and subnet_id')}"
         ) from None
-    if found.subnet["VpcId"] != net.vpc_id:
+    if subnet["VpcId"] != net.vpc_id:
         raise CloudError(
             f"{spec.path}: network.subnet_id = {net.subnet_id!r}: expected a subnet of {net.vpc_id}, "
-            f"found one of {found.subnet['VpcId']}"
+            f"found one of {subnet['VpcId']}"
         )
+    found.subnets = {subnet["AvailabilityZone"]: subnet}
 
 
 def _discover_network(aws: Aws, name: str, found: Existing) -> None:
-    """The VPC, subnet, internet gateway and route table rayrig made for the cluster, if any."""
+    """The VPC, subnets (one per zone), internet gateway and route table rayrig made for the cluster, if any."""
     ec2 = aws.ec2
     found.vpc = _one(paginate(ec2, "describe_vpcs", "Vpcs", Filters=created_filters(name, "vpc")), "VPC", name, "VpcId")
-    found.subnet = _one(
-        paginate(ec2, "describe_subnets", "Subnets", Filters=created_filters(name, "subnet")),
-        "subnet",
-        name,
-        "SubnetId",
-    )
+    by_zone: dict[str, list[dict[str, Any]]] = {}
+    for subnet in paginate(ec2, "describe_subnets", "Subnets", Filters=created_filters(name, "subnet")):
+        by_zone.setdefault(subnet["AvailabilityZone"], []).append(subnet)
+    for zone, subnets in sorted(by_zone.items()):
+        if len(subnets) > 1:
+            raise CloudError(
+                f"cluster {name} has {len(subnets)} subnets in {zone} tagged as its own "
+                f"({', '.join(s['SubnetId'] for s in subnets)}); run 'rayrig cloud down {name}' and up again"
+            )
+        found.subnets[zone] = subnets[0]
     found.internet_gateway = _one(
         paginate(
             ec2, "describe_internet_gateways", "InternetGateways", Filters=created_filters(name, "internet-gateway")
@@ -184,15 +195,31 @@ class Plan:
     starts: list[str] = field(default_factory=list)
     hourly_usd: float = 0.0
     unpriced: list[str] = field(default_factory=list)
+    price_sources: list[str] = field(default_factory=list)
 
     @property
     def creates(self) -> bool:
-        """Whether the plan creates anything (or starts stopped instances)."""
-        return any(action in ("create", "start") for action, _ in self.lines)
+        """Whether the plan creates anything (or starts stopped instances, or changes what a role allows)."""
+        return any(action in ("create", "start", "update") for action, _ in self.lines)
 
 
-def make_plan(spec: ClusterSpec, existing: Existing, ports: Mapping[str, int]) -> Plan:
-    """Work out what ``up`` creates, reuses and starts, and what the cluster costs per hour."""
+#: The hourly rate of one instance: (instance type, market, zones it may run in) -> rate and its source.
+RateLookup = Callable[[str, str, Sequence[str]], Rate]
+
+
+def instance_market(instance: Mapping[str, Any]) -> str:
+    """How ``instance`` is billed: "spot" or "on-demand"."""
+    return "spot" if instance.get("InstanceLifecycle") == "spot" else "on-demand"
+
+
+def plan_zones(spec: ClusterSpec, existing: Existing) -> list[str]:
+    """The zones the instances may run in, when known: those of the cluster's subnets, then the spec's in
+    its order of preference (none: AWS chooses)."""
+    return list(dict.fromkeys([*existing.subnets, *spec.network.zones]))
+
+
+def make_plan(spec: ClusterSpec, existing: Existing, ports: Mapping[str, int], rate: RateLookup = offline_rate) -> Plan:
+    """Work out what ``up`` creates, reuses and starts, and what the cluster costs per hour at ``rate``."""
     plan = Plan()
     net = spec.network
     name = resource_name(spec)
@@ -206,14 +233,13 @@ def make_plan(spec: ClusterSpec, existing: Existing, ports: Mapping[str, int]) -
         for res, key, text in (
             (existing.vpc, "VpcId", f"VPC {net.vpc_cidr}"),
             (existing.internet_gateway, "InternetGatewayId", "internet gateway"),
-            (
-                existing.subnet,
-                "SubnetId",
-                f"subnet {net.subnet_cidr}" + (f" in {net.availability_zone}" if net.availability_zone else ""),
-            ),
-            (existing.route_table, "RouteTableId", "route table with a default route to the internet gateway"),
         ):
             line("reuse" if res else "create", text + (f" ({res[key]})" if res else ""))
+        launching = any(g.count > len(existing.instances.get(g.name, [])) for g in spec.groups)
+        plan.lines += subnet_lines(spec, existing.subnets, launching)
+        rtb = existing.route_table
+        text = "route table with a default route to the internet gateway"
+        line("reuse" if rtb else "create", text + (f" ({rtb['RouteTableId']})" if rtb else ""))
     ssh_from = ", ".join(spec.admin_cidrs)
     rules = (
         f"SSH (tcp 22) from {ssh_from} only; all traffic within the group, Ray and metrics ports {ports_text(ports)} "
@@ -228,15 +254,34 @@ def make_plan(spec: ClusterSpec, existing: Existing, ports: Mapping[str, int]) -
             f"placement group {name} (cluster strategy) for the workers",
         )
 
-    counts: dict[str, int] = {}
+    plan.lines += iam.plan_lines(spec, existing.iam)
+
+    zones = plan_zones(spec, existing)
     for group in spec.groups:
         have = existing.instances.get(group.name, [])
         stopped = [i["InstanceId"] for i in have if i["State"]["Name"] in ("stopped", "stopping")]
         missing = group.count - len(have)
-        rate = prices.hourly_usd(group.instance_type)
-        cost = f"${rate * group.count:,.2f}/h" if rate is not None else "price unknown"
+        price = rate(group.instance_type, group.market, zones)
+        # What runs is priced as it runs (failover may have launched another type or market), what is
+        # missing at the group's first choice.
+        running = [(i["InstanceType"], instance_market(i)) for i in have]
+        running += [(group.instance_type, group.market)] * max(missing, 0)
+        hourly: float | None = 0.0
+        for itype, market in running:
+            each = price if (itype, market) == (group.instance_type, group.market) else rate(itype, market, zones)
+            plan.price_sources.append(each.source)
+            if each.usd_per_hour is None:
+                plan.unpriced.append(itype)
+                hourly = None
+            elif hourly is not None:
+                hourly += each.usd_per_hour
+        if hourly is None:
+            cost = f"price unknown, {price.source}"
+        else:
+            plan.hourly_usd += hourly
+            cost = f"{usd(hourly)}/h, {price.source}"
         what = (
-            f"{group.name}: {group.count} x {group.instance_type} {group.market}, "
+            f"{group.name}: {group.count} x {choices_text(group, ())}, "
             f"{group.root_volume_gb} GB encrypted gp3, IMDSv2 only ({cost})"
         )
         if missing > 0:
@@ -247,9 +292,26 @@ def make_plan(spec: ClusterSpec, existing: Existing, ports: Mapping[str, int]) -
         if stopped:
             plan.starts += stopped
             line("start", f"{group.name}: {len(stopped)} stopped instance(s) {', '.join(stopped)}")
-        counts[group.instance_type] = counts.get(group.instance_type, 0) + max(group.count, len(have))
-    plan.hourly_usd, plan.unpriced = prices.estimate(counts)
+    plan.unpriced = sorted(set(plan.unpriced))
     return plan
+
+
+def subnet_lines(spec: ClusterSpec, subnets: Mapping[str, dict[str, Any]], launching: bool) -> list[tuple[str, str]]:
+    """The plan's lines about the cluster's subnets: one per zone, made when a launch first tries the zone."""
+    net = spec.network
+    lines = [("reuse", f"subnet {s['CidrBlock']} in {zone} ({s['SubnetId']})") for zone, s in sorted(subnets.items())]
+    missing = [zone for zone in net.zones if zone not in subnets]
+    if not launching or (subnets and not missing):
+        return lines
+    if not net.zones:
+        lines.append(("create", f"subnet {net.subnet_cidr} (in a zone AWS chooses)"))
+    elif len(net.zones) == 1:
+        lines.append(("create", f"subnet {net.subnet_cidr} in {missing[0]}"))
+    else:
+        size = net.subnet_cidr.split("/")[1]
+        text = f"a /{size} subnet of {net.vpc_cidr} in each zone a launch tries, as needed: {', '.join(missing)}"
+        lines.append(("create", text))
+    return lines
 
 
 def plan_summary(spec: ClusterSpec, ami: Ami, plan: Plan, expires_at: dt.datetime) -> list[str]:
@@ -261,9 +323,9 @@ def plan_summary(spec: ClusterSpec, ami: Ami, plan: Plan, expires_at: dt.datetim
     lines += [f"  {action:7s} {text}" for action, text in plan.lines]
     lines.append(f"  AMI     {ami.id} ({ami.name or 'no name'}), SSH user {ami.ssh_user}")
     hours = spec.ttl.total_seconds() / 3600
-    unknown = f" plus {', '.join(plan.unpriced)} (not in the price table)" if plan.unpriced else ""
+    unknown = f" plus {', '.join(plan.unpriced)} (price unknown)" if plan.unpriced else ""
     lines.append(
-        f"Estimated cost: ${plan.hourly_usd:,.2f}/h{unknown}, about ${plan.hourly_usd * hours:,.0f} "
-        f"if it runs for the whole ttl ({prices.PRICE_NOTE})."
+        f"Estimated cost: {usd(plan.hourly_usd)}/h{unknown}, about ${plan.hourly_usd * hours:,.0f} "
+        f"if it runs for the whole ttl (instances only; prices: {sources_text(plan.price_sources)})."
     )
     return lines

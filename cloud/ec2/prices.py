@@ -1,11 +1,12 @@
-"""A small, approximate price table of common EC2 instance types for cost estimates.
+"""A small, approximate table of common EC2 instance types: their GPUs, and the offline price fallback.
 
 The rates are Linux on-demand prices in us-east-1 in US dollars per hour, as
 published on the AWS pricing pages around ``PRICES_AS_OF`` (after the June
 2025 price cut for P4 and P5 instances). They are approximate: other regions
 differ, prices change, spot is usually much cheaper and reserved capacity is
-billed differently. rayrig uses them only to tell a user roughly what a cluster
-costs before it creates one; the bill is AWS's.
+billed differently. rayrig's prices come from AWS (``pricing.py``); this table
+serves only when those lookups fail, and the output then says so. The bill is
+AWS's.
 
 >>> hourly_usd("g5.12xlarge")
 5.672
@@ -104,20 +105,3 @@ def gpu_count(instance_type: str) -> int | None:
     """The number of GPUs of ``instance_type``, or None when the table lacks it."""
     known = TABLE.get(instance_type)
     return known.gpus if known else None
-
-
-def estimate(counts: dict[str, int]) -> tuple[float, list[str]]:
-    """The summed $/h of ``{instance_type: count}`` and the types the table does not price.
-
-    >>> estimate({"g5.12xlarge": 2, "m5.2xlarge": 1})
-    (11.728, [])
-    """
-    total = 0.0
-    unknown: list[str] = []
-    for instance_type, count in sorted(counts.items()):
-        rate = hourly_usd(instance_type)
-        if rate is None:
-            unknown.append(instance_type)
-        else:
-            total += rate * count
-    return round(total, 3), unknown

@@ -16,6 +16,8 @@ A spec, with every optional key shown (see ``examples/sprint42.toml``)::
     ssh_public_key = "~/.ssh/id_ed25519.pub"
     ssh_private_key = "~/.ssh/id_ed25519"   # default: the public key's path without .pub
     placement_group = true              # a cluster placement group for the workers
+    s3_buckets = ["datasets", { name = "checkpoints", write = true }]   # an instance role for these buckets
+    # iam_instance_profile = "ml-data-reader"   # or: attach an existing instance profile (name or ARN)
 
     [ami]                               # exactly one of id / ssm_parameter
     ssm_parameter = "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id"
@@ -26,7 +28,7 @@ A spec, with every optional key shown (see ``examples/sprint42.toml``)::
     # vpc_id = "vpc-..."  subnet_id = "subnet-..."   # use these instead of creating a VPC
     vpc_cidr = "10.42.0.0/16"
     subnet_cidr = "10.42.0.0/20"
-    availability_zone = "us-east-1a"
+    availability_zones = ["us-east-1a", "us-east-1b"]   # tried in order (or availability_zone = "...")
     public_ips = true
     # bastion = "ec2-user@bastion.example.com"      # reach private addresses through it
     internet_egress = true              # outbound internet (package and image pulls)
@@ -38,13 +40,19 @@ A spec, with every optional key shown (see ``examples/sprint42.toml``)::
 
     [[workers]]
     name = "gpu"
-    instance_type = "g5.12xlarge"
+    instance_types = ["g5.12xlarge", "g6e.12xlarge"]   # tried in order (or instance_type = "...")
     count = 2
+    market = "spot"
+    spot_fallback = "on-demand"         # default "none": a spot group never launches on-demand
     root_volume_gb = 500
     host_data = { ray_resources = { a10g = 4 } }
 
     [host_data]                         # passed to every host by inventories/ec2.py
     ray_image = "rayproject/ray:2.60.0-py311-gpu"
+
+On a capacity error, ``up`` tries each zone of a group's first instance type, then
+each zone of its next type; a spot group with ``spot_fallback = "on-demand"`` then
+tries them all again on-demand (``cloud/ec2/failover.py``).
 """
 
 from __future__ import annotations
@@ -114,11 +122,27 @@ class GroupSpec:
     market: str = "on-demand"
     root_volume_gb: int = 100
     host_data: dict[str, Any] = field(default_factory=dict)
+    # --- capacity failover (cloud/ec2/failover.py) ---
+    instance_types: tuple[str, ...] = ()  # the preference list, if given; instance_type is its first entry
+    spot_fallback: str = "none"  # "on-demand": a spot group may launch on-demand once spot capacity is gone
 
     @property
     def spot(self) -> bool:
         """Whether the group runs on spot instances."""
         return self.market == "spot"
+
+    @property
+    def preferences(self) -> tuple[str, ...]:
+        """The instance types to try, the preferred first (``instance_type`` alone when no list was given)."""
+        return self.instance_types or (self.instance_type,)
+
+
+@dataclass(frozen=True)
+class S3Bucket:
+    """A bucket the cluster's instance role may read (``s3_buckets``), and write when ``write``."""
+
+    name: str
+    write: bool = False
 
 
 @dataclass(frozen=True)
@@ -143,6 +167,13 @@ class NetworkSpec:
     bastion: str | None = None
     bastion_ssh_key: Path | None = None
     internet_egress: bool = True
+    # --- capacity failover: the zones to try, the preferred first; availability_zone is the first of them ---
+    availability_zones: tuple[str, ...] = ()
+
+    @property
+    def zones(self) -> tuple[str, ...]:
+        """The availability zones to try, in order; empty when AWS chooses the zone."""
+        return self.availability_zones or ((self.availability_zone,) if self.availability_zone else ())
 
     @property
     def existing(self) -> bool:
@@ -170,6 +201,9 @@ class ClusterSpec:
     network: NetworkSpec
     placement_group: bool
     host_data: dict[str, Any]
+    # --- instance profile (cloud/ec2/iam.py) ---
+    iam_instance_profile: str | None = None
+    s3_buckets: tuple[S3Bucket, ...] = ()
 
     @property
     def groups(self) -> tuple[GroupSpec, ...]:
@@ -274,8 +308,10 @@ def parse_spec(data: Mapping[str, Any], path: Path) -> ClusterSpec:
     network = _network(data.get("network", {}), data["region"], base, where)
 
     # --- groups ---
-    head = _group(data["head"], "head", "head")
-    workers = tuple(_group(w, w["name"], "worker") for w in data.get("workers", []))
+    head = _group(data["head"], "head", "head", "head", where)
+    workers = tuple(
+        _group(w, w["name"], "worker", f"workers[{i}]", where) for i, w in enumerate(data.get("workers", []))
+    )
     seen: set[str] = set()
     for i, worker in enumerate(workers):
         if worker.name == "head" or worker.name in seen:
@@ -288,6 +324,20 @@ def parse_spec(data: Mapping[str, Any], path: Path) -> ClusterSpec:
     problems += _host_data_problems(source, "head.host_data", head.host_data, host_data)
     for i, worker in enumerate(workers):
         problems += _host_data_problems(source, f"workers[{i}].host_data", worker.host_data, host_data)
+
+    # --- instance profile ---
+    iam_profile = data.get("iam_instance_profile")
+    buckets = _s3_buckets(data.get("s3_buckets", []), where)
+    if iam_profile is not None and buckets:
+        where(
+            "iam_instance_profile",
+            iam_profile,
+            "either iam_instance_profile (an existing profile) or s3_buckets (a role rayrig creates), not both",
+        )
+    if not problems:
+        groups = [("host_data", {}), ("head.host_data", head.host_data)]
+        groups += [(f"workers[{i}].host_data", w.host_data) for i, w in enumerate(workers)]
+        problems += _s3_mount_problems(source, host_data, groups, iam_profile, buckets)
 
     if problems:
         raise SpecError(source, problems)
@@ -308,7 +358,97 @@ def parse_spec(data: Mapping[str, Any], path: Path) -> ClusterSpec:
         network=network,
         placement_group=bool(data.get("placement_group", True)),
         host_data=host_data,
+        iam_instance_profile=iam_profile,
+        s3_buckets=buckets,
     )
+
+
+#: What S3's bucket naming rules forbid at a name's start and end (AWS's "General purpose bucket naming rules").
+_BUCKET_PREFIXES = ("xn--", "sthree-", "amzn-s3-demo-")
+_BUCKET_SUFFIXES = ("-s3alias", "--ol-s3", ".mrap", "--x-s3", "--table-s3")
+
+
+def bucket_name_problem(name: str) -> str | None:
+    """What is wrong with ``name`` as a general purpose S3 bucket name (what is expected instead), or None.
+
+    >>> bucket_name_problem("data..sets")
+    'a bucket name without two adjacent dots'
+    """
+    if not re.fullmatch(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]", name):
+        return (
+            "a bucket name: 3-63 lower-case letters, digits, dots and hyphens, "
+            "starting and ending with a letter or digit"
+        )
+    if ".." in name:
+        return "a bucket name without two adjacent dots"
+    if re.fullmatch(r"[0-9]{1,3}(\.[0-9]{1,3}){3}", name):
+        return "a bucket name that is not formatted as an IP address"
+    if name.startswith(_BUCKET_PREFIXES) or name.endswith(_BUCKET_SUFFIXES):
+        return (
+            f"a bucket name without the prefixes {', '.join(_BUCKET_PREFIXES)} "
+            f"and the suffixes {', '.join(_BUCKET_SUFFIXES)}"
+        )
+    return None
+
+
+def _s3_buckets(items: list[Any], where: Any) -> tuple[S3Bucket, ...]:
+    """``s3_buckets`` as ``S3Bucket``s: each name valid and listed once."""
+    buckets: list[S3Bucket] = []
+    for i, item in enumerate(items):
+        bucket = S3Bucket(item) if isinstance(item, str) else S3Bucket(item["name"], bool(item.get("write", False)))
+        problem = bucket_name_problem(bucket.name)
+        if problem:
+            where(f"s3_buckets[{i}]", bucket.name, problem)
+        elif any(b.name == bucket.name for b in buckets):
+            where(f"s3_buckets[{i}]", bucket.name, "each bucket listed once (write = true where it may be written)")
+        else:
+            buckets.append(bucket)
+    return tuple(buckets)
+
+
+def _s3_mount_problems(
+    source: str,
+    shared: Mapping[str, Any],
+    groups: list[tuple[str, Mapping[str, Any]]],
+    iam_profile: str | None,
+    buckets: tuple[S3Bucket, ...],
+) -> list[str]:
+    """S3 mounts that would use the instance profile (no ``storage_s3_credentials``, no ``endpoint_url``)
+    must have one: ``s3_buckets`` listing the bucket (with write for a writable mount) or ``iam_instance_profile``."""
+    if iam_profile is not None:
+        return []  # what an existing profile allows is its owner's business
+    allowed = {b.name: b for b in buckets}
+    problems: list[str] = []
+    for key, data in groups:
+        merged = {**shared, **data}
+        if merged.get("storage_s3_credentials") is not None:
+            continue
+        where = key if "storage_s3_mounts" in data else "host_data"
+        for index, mount in enumerate(merged.get("storage_s3_mounts") or []):
+            if not isinstance(mount, Mapping) or mount.get("endpoint_url") or "bucket" not in mount:
+                continue
+            bucket, label = mount["bucket"], f"{source}: {where}.storage_s3_mounts[{index}]"
+            if not buckets:
+                expected = (
+                    f"an instance profile to read bucket {bucket!r} with (storage_s3_credentials is unset): "
+                    f's3_buckets = ["{bucket}"] (rayrig creates the role), iam_instance_profile, '
+                    "or storage_s3_credentials in the host data"
+                )
+            elif bucket not in allowed:
+                expected = (
+                    f"bucket {bucket!r} listed in s3_buckets (the instance role reaches only the buckets listed there)"
+                )
+            elif not mount.get("read_only") and not allowed[bucket].write:
+                expected = (
+                    f"write = true for bucket {bucket!r} in s3_buckets (the mount is writable), "
+                    'or "read_only": true on the mount'
+                )
+            else:
+                continue
+            line = f"{label} = bucket {bucket!r}: expected {expected}"
+            if line not in problems:
+                problems.append(line)
+    return problems
 
 
 _HOME_PROBLEM = "a path whose ~ names your home or an existing user's (that user's home is unknown here)"
@@ -359,7 +499,7 @@ def _network(data: Mapping[str, Any], region: str, base: Path, where: Any) -> Ne
         missing = "network.subnet_id" if subnet_id is None else "network.vpc_id"
         where(missing, ..., "both network.vpc_id and network.subnet_id, or neither (rayrig then creates a VPC)")
     if vpc_id is not None:
-        for key in ("vpc_cidr", "subnet_cidr", "availability_zone"):
+        for key in ("vpc_cidr", "subnet_cidr", "availability_zone", "availability_zones"):
             if key in data:
                 where(f"network.{key}", data[key], "no value: it applies only to a VPC that rayrig creates")
     vpc_cidr = data.get("vpc_cidr", NetworkSpec.vpc_cidr)
@@ -370,9 +510,7 @@ def _network(data: Mapping[str, Any], region: str, base: Path, where: Any) -> Ne
     subnet_net = _ipv4_net(subnet_cidr, 16, 28)
     if subnet_net is None or (vpc_net is not None and not subnet_net.subnet_of(vpc_net)):
         where("network.subnet_cidr", subnet_cidr, f"an IPv4 CIDR (/16 to /28) inside vpc_cidr {vpc_cidr}")
-    zone = data.get("availability_zone")
-    if zone is not None and not zone.startswith(region):
-        where("network.availability_zone", zone, f"an availability zone of region {region}, such as '{region}a'")
+    zones = _zones(data, region, vpc_net, subnet_net, where)
     public_ips = data.get("public_ips", True)
     bastion = data.get("bastion")
     if not public_ips and bastion is None and subnet_id is None:
@@ -389,12 +527,62 @@ def _network(data: Mapping[str, Any], region: str, base: Path, where: Any) -> Ne
         subnet_id=subnet_id,
         vpc_cidr=vpc_cidr,
         subnet_cidr=subnet_cidr,
-        availability_zone=zone,
+        availability_zone=zones[0] if zones else None,
+        availability_zones=zones if "availability_zones" in data else (),
         public_ips=public_ips,
         bastion=bastion,
         bastion_ssh_key=bastion_key,
         internet_egress=data.get("internet_egress", True),
     )
+
+
+def _zones(
+    data: Mapping[str, Any],
+    region: str,
+    vpc_net: ipaddress.IPv4Network | None,
+    subnet_net: ipaddress.IPv4Network | None,
+    where: Any,
+) -> tuple[str, ...]:
+    """The zones of ``network.availability_zones`` (or the one of ``availability_zone``): in ``region``, each
+    once, and room in the VPC for one subnet of ``subnet_cidr``'s size per zone."""
+    if "availability_zone" in data and "availability_zones" in data:
+        where(
+            "network.availability_zone",
+            data["availability_zone"],
+            "no value next to network.availability_zones (a list of one zone is the same)",
+        )
+    key = "availability_zones" if "availability_zones" in data else "availability_zone"
+    given = data.get(key)
+    zones = (given,) if isinstance(given, str) else tuple(given or ())
+    for i, zone in enumerate(zones):
+        if zone[:-1] != region:
+            label = f"network.{key}[{i}]" if key == "availability_zones" else f"network.{key}"
+            where(label, zone, f"an availability zone of region {region}, such as '{region}a'")
+    twice = sorted({zone for zone in zones if zones.count(zone) > 1})
+    if twice:
+        where(f"network.{key}", list(zones), f"each zone once ({', '.join(twice)} listed more than once)")
+    if vpc_net is not None and subnet_net is not None and subnet_net.subnet_of(vpc_net):
+        room = len(subnet_blocks(vpc_net, subnet_net))
+        if len(set(zones)) > room:
+            where(
+                "network.subnet_cidr",
+                str(subnet_net),
+                f"room in vpc_cidr {vpc_net} for one subnet of this size per availability zone "
+                f"({len(set(zones))} zones; a /{subnet_net.prefixlen} leaves room for {room})",
+            )
+    return zones
+
+
+def subnet_blocks(vpc_net: ipaddress.IPv4Network, subnet_net: ipaddress.IPv4Network) -> list[ipaddress.IPv4Network]:
+    """The subnets of ``subnet_net``'s size in ``vpc_net``, ``subnet_net`` first, then the ones after it, then
+    the ones before it: where the subnets of a cluster's zones go, each in the first block no subnet holds.
+
+    >>> [str(n) for n in subnet_blocks(ipaddress.ip_network("10.0.0.0/22"), ipaddress.ip_network("10.0.1.0/24"))]
+    ['10.0.1.0/24', '10.0.2.0/24', '10.0.3.0/24', '10.0.0.0/24']
+    """
+    blocks = list(vpc_net.subnets(new_prefix=subnet_net.prefixlen))
+    first = blocks.index(subnet_net)
+    return blocks[first:] + blocks[:first]
 
 
 def _ipv4_net(text: str, shortest: int, longest: int) -> ipaddress.IPv4Network | None:
@@ -407,16 +595,47 @@ def _ipv4_net(text: str, shortest: int, longest: int) -> ipaddress.IPv4Network |
     return net
 
 
-def _group(data: Mapping[str, Any], name: str, role: str) -> GroupSpec:
+def _group(data: Mapping[str, Any], name: str, role: str, label: str, where: Any) -> GroupSpec:
+    types = _instance_types(data, name, label, where)
+    market = data.get("market", "on-demand")
+    fallback = data.get("spot_fallback", "none")
+    if fallback != "none" and market != "spot":
+        where(
+            f"{label}.spot_fallback", fallback, 'no value unless market = "spot" (an on-demand group has no fallback)'
+        )
     return GroupSpec(
         name=name,
         role=role,
-        instance_type=data["instance_type"],
+        instance_type=types[0],
         count=data.get("count", 1),
-        market=data.get("market", "on-demand"),
+        market=market,
         root_volume_gb=data.get("root_volume_gb", 100),
         host_data=dict(data.get("host_data", {})),
+        instance_types=types if "instance_types" in data else (),
+        spot_fallback=fallback,
     )
+
+
+def _instance_types(data: Mapping[str, Any], name: str, label: str, where: Any) -> tuple[str, ...]:
+    """A group's instance types in order of preference: ``instance_types``, or ``instance_type`` alone."""
+    if "instance_type" in data and "instance_types" in data:
+        where(
+            f"{label}.instance_type",
+            data["instance_type"],
+            f"no value next to {label}.instance_types in group {name!r}: one of them (put it first in the list)",
+        )
+    if "instance_types" in data:
+        types = tuple(data["instance_types"])
+        twice = sorted({t for t in types if types.count(t) > 1})
+        if twice:
+            where(f"{label}.instance_types", list(types), f"each instance type once ({', '.join(twice)} repeated)")
+        return types
+    if "instance_type" in data:
+        return (data["instance_type"],)
+    where(
+        f"{label}.instance_type", ..., 'an EC2 instance type such as "g5.12xlarge", or instance_types, a list of them'
+    )
+    return ("?",)
 
 
 def _host_data_problems(source: str, key: str, data: Mapping[str, Any], under: Mapping[str, Any]) -> list[str]:

@@ -13,19 +13,46 @@ TTL_PATTERN = r"^(?=[0-9])([0-9]+d)?([0-9]+h)?([0-9]+m)?\Z"
 #: A path on this machine: one line, no control characters.
 _PATH = r"^[^\x00-\x1f\x7f]+\Z"
 
+#: An instance profile's name, or its ARN (any partition, an optional path).
+IAM_PROFILE_PATTERN = (
+    r"^([A-Za-z0-9+=,.@_-]{1,128}"
+    r"|arn:aws(-cn|-us-gov|-iso|-iso-b)?:iam::[0-9]{12}:instance-profile/([A-Za-z0-9+=,.@_-]+/)*[A-Za-z0-9+=,.@_-]{1,128})\Z"
+)
+
+_ZONE = {
+    "type": "string",
+    "pattern": r"^[a-z]{2}(-gov)?-[a-z]+-[0-9][a-z]\Z",
+    "x-expected": 'an availability zone of the region, such as "us-east-1a"',
+}
+
 _HOST_DATA = {
     "type": "object",
     "propertyNames": {"pattern": r"^[a-z][a-z0-9_]*\Z"},
     "x-expected": "a table of host data keys (lower-case names) to values",
 }
 
+_INSTANCE_TYPE = {
+    "type": "string",
+    "pattern": r"^[a-z][a-z0-9-]*\.[a-z0-9-]+\Z",
+    "x-expected": 'an EC2 instance type such as "g5.12xlarge"',
+}
+
 _GROUP_PROPERTIES: dict[str, Any] = {
-    "instance_type": {
-        "type": "string",
-        "pattern": r"^[a-z][a-z0-9-]*\.[a-z0-9-]+\Z",
-        "x-expected": 'an EC2 instance type such as "g5.12xlarge"',
-    },
+    "instance_type": _INSTANCE_TYPE,
     "market": {"enum": ["on-demand", "spot"], "x-expected": '"on-demand" or "spot"'},
+    # --- capacity failover (cloud/ec2/failover.py): exactly one of instance_type / instance_types ---
+    "instance_types": {
+        "type": "array",
+        "minItems": 1,
+        "items": _INSTANCE_TYPE,
+        "x-expected": (
+            'a non-empty list of EC2 instance types, the preferred first, such as ["g5.12xlarge", "g6e.12xlarge"]'
+        ),
+    },
+    "spot_fallback": {
+        "enum": ["none", "on-demand"],
+        "x-expected": '"none" (a spot group stays spot) or "on-demand" (on-demand once no spot capacity is left)',
+    },
     "root_volume_gb": {
         "type": "integer",
         "minimum": 8,
@@ -41,9 +68,10 @@ _HEAD = {
         **_GROUP_PROPERTIES,
         "count": {"const": 1, "x-expected": "1 (a cluster has exactly one head)"},
     },
-    "required": ["instance_type"],
     "additionalProperties": False,
-    "x-expected": "a table with instance_type and optionally market, root_volume_gb, host_data",
+    "x-expected": (
+        "a table with instance_type (or instance_types) and optionally market, spot_fallback, root_volume_gb, host_data"
+    ),
 }
 
 _WORKER = {
@@ -57,9 +85,12 @@ _WORKER = {
         },
         "count": {"type": "integer", "minimum": 1, "maximum": 64, "x-expected": "an integer from 1 to 64"},
     },
-    "required": ["name", "instance_type", "count"],
+    "required": ["name", "count"],
     "additionalProperties": False,
-    "x-expected": "a table with name, instance_type, count and optionally market, root_volume_gb, host_data",
+    "x-expected": (
+        "a table with name, instance_type (or instance_types), count and optionally market, spot_fallback, "
+        "root_volume_gb, host_data"
+    ),
 }
 
 SCHEMA: dict[str, Any] = {
@@ -129,10 +160,16 @@ SCHEMA: dict[str, Any] = {
                 },
                 "vpc_cidr": {"type": "string", "x-expected": 'an IPv4 CIDR from /16 to /24, such as "10.42.0.0/16"'},
                 "subnet_cidr": {"type": "string", "x-expected": "an IPv4 CIDR inside vpc_cidr"},
-                "availability_zone": {
-                    "type": "string",
-                    "pattern": r"^[a-z]{2}(-gov)?-[a-z]+-[0-9][a-z]\Z",
-                    "x-expected": 'an availability zone of the region, such as "us-east-1a"',
+                "availability_zone": _ZONE,
+                # --- capacity failover: the zones to try, in order (availability_zone is the one-zone case) ---
+                "availability_zones": {
+                    "type": "array",
+                    "minItems": 1,
+                    "items": _ZONE,
+                    "x-expected": (
+                        "a non-empty list of availability zones of the region, the preferred first, such as "
+                        '["us-east-1a", "us-east-1b"]'
+                    ),
                 },
                 "public_ips": {"type": "boolean", "x-expected": "true or false"},
                 "bastion": {
@@ -145,6 +182,32 @@ SCHEMA: dict[str, Any] = {
             },
             "additionalProperties": False,
             "x-expected": "a table of network settings",
+        },
+        # --- instance profile (cloud/ec2/iam.py) ---
+        "iam_instance_profile": {
+            "type": "string",
+            "pattern": IAM_PROFILE_PATTERN,
+            "x-expected": (
+                'the name or ARN of an existing instance profile, such as "ml-data-reader" or '
+                '"arn:aws:iam::123456789012:instance-profile/ml-data-reader"'
+            ),
+        },
+        "s3_buckets": {
+            "type": "array",
+            "minItems": 1,
+            "items": {
+                "anyOf": [
+                    {"type": "string"},
+                    {
+                        "type": "object",
+                        "properties": {"name": {"type": "string"}, "write": {"type": "boolean"}},
+                        "required": ["name"],
+                        "additionalProperties": False,
+                    },
+                ],
+                "x-expected": 'a bucket name such as "datasets", or a table such as { name = "ckpt", write = true }',
+            },
+            "x-expected": 'a non-empty list of bucket names, or tables such as { name = "ckpt", write = true }',
         },
         "head": _HEAD,
         "workers": {"type": "array", "items": _WORKER, "x-expected": "an array of tables ([[workers]])"},

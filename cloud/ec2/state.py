@@ -1,7 +1,7 @@
 """What this machine remembers about the EC2 clusters it brought up: ``<state>/ec2``.
 
 One ``NAME.json`` per cluster (spec path, region, keys, host data without its
-secrets), ``current`` naming the last cluster brought up, ``NAME.ssh_config``
+secrets, each instance's type, zone and market), ``current`` naming the last cluster brought up, ``NAME.ssh_config``
 when the hosts are reached through a bastion, and ``NAME.lock``, which one
 ``rayrig cloud up`` or ``down`` of the cluster holds at a time.
 
@@ -21,11 +21,11 @@ import json
 import os
 import re
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from cloud.ec2.aws import CloudError, Progress
+from cloud.ec2.aws import TAG_GROUP, TAG_ROLE, TAG_SLOT, CloudError, Progress, tags_of
 from cloud.ec2.spec import ClusterSpec
 from deploy.paths import state_dir
 
@@ -79,8 +79,9 @@ def without_secrets(data: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]
     return kept, sorted(k for k in data if k not in kept)
 
 
-def save_state(spec: ClusterSpec, ssh_user: str) -> Path:
-    """Record the cluster (spec path, region, keys, host data without secrets) and make it the current cluster."""
+def save_state(spec: ClusterSpec, ssh_user: str, instances: Iterable[Mapping[str, Any]] = ()) -> Path:
+    """Record the cluster (spec path, region, keys, host data without secrets, and where each of its described
+    ``instances`` runs: type, zone, market) and make it the current cluster."""
     folder = private_state_dir()
     host_data, secret_keys = without_secrets(spec.host_data)
     group_host_data: dict[str, dict[str, Any]] = {}
@@ -101,10 +102,25 @@ def save_state(spec: ClusterSpec, ssh_user: str) -> Path:
         "secret_keys": secret_keys,
         "admin_cidrs": list(spec.admin_cidrs),
         "allow_ssh_from_anywhere": spec.allow_ssh_from_anywhere,
+        "instances": [_placement(i) for i in instances],
     }
     path = write_private(folder / f"{spec.name}.json", json.dumps(record, indent=2, sort_keys=True) + "\n")
     write_private(folder / "current", spec.name + "\n")
     return path
+
+
+def _placement(instance: Mapping[str, Any]) -> dict[str, Any]:
+    """Where a described instance runs, as the state records it (capacity failover may have chosen any option)."""
+    tags = tags_of(instance)
+    return {
+        "id": instance["InstanceId"],
+        "group": tags.get(TAG_GROUP),
+        "role": tags.get(TAG_ROLE),
+        "slot": tags.get(TAG_SLOT),
+        "instance_type": instance["InstanceType"],
+        "zone": instance.get("Placement", {}).get("AvailabilityZone"),
+        "market": "spot" if instance.get("InstanceLifecycle") == "spot" else "on-demand",
+    }
 
 
 def state_path(name: str) -> Path:

@@ -1,8 +1,10 @@
 """What a cluster has, taking it down, listing clusters, and reaping the expired ones.
 
-``down`` deletes what carries ``rayrig:created=true`` and the cluster's tag,
-then lists whatever still carries the tag. ``list_clusters`` gathers clusters
-from their tags; ``reap`` takes down those whose ``rayrig:expires-at`` passed.
+``down`` says the cluster's run time and cost so far (``bill``) and asks,
+deletes what carries ``rayrig:created=true`` and the cluster's tag, then lists
+whatever still carries the tag. ``list_clusters`` gathers clusters from their
+tags (and their cost so far); ``reap`` takes down those whose
+``rayrig:expires-at`` passed, without asking per cluster.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from cloud.ec2 import prices
+from cloud.ec2 import iam
 from cloud.ec2.aws import (
     LIVE_STATES,
     TAG_CLUSTER,
@@ -37,6 +39,7 @@ from cloud.ec2.aws import (
     tags_of,
     utc_now,
 )
+from cloud.ec2.pricing import Cost, PriceBook, Running, cost_of, running_of, sources_text, span, usd
 from cloud.ec2.state import cluster_lock, forget_state, load_state, private_state_dir, state_path
 from cloud.ec2.waits import WAIT_TIMEOUT_S, delete_when_free, wait_instances
 
@@ -53,6 +56,8 @@ class Resources:
     subnets: list[str] = field(default_factory=list)
     internet_gateways: list[str] = field(default_factory=list)
     vpcs: list[str] = field(default_factory=list)
+    instance_profiles: list[str] = field(default_factory=list)  # IAM: global, after the instances
+    iam_roles: list[str] = field(default_factory=list)
 
     def add(self, kind: str, resource_id: str) -> None:
         """Record one resource of ``kind`` (a field name)."""
@@ -89,6 +94,7 @@ def find_created(aws: Aws, name: str) -> Resources:
             for g in paginate(ec2, "describe_internet_gateways", "InternetGateways", Filters=filters)
         ]
         res.vpcs = [v["VpcId"] for v in paginate(ec2, "describe_vpcs", "Vpcs", Filters=filters)]
+        res.instance_profiles, res.iam_roles = iam.created_iam(aws, name)
     return res
 
 
@@ -120,6 +126,7 @@ def tagged_leftovers(aws: Aws, name: str) -> list[str]:
             found.append(f"volume {v['VolumeId']} ({v.get('State')})")
         for n in paginate(ec2, "describe_network_interfaces", "NetworkInterfaces", Filters=filters):
             found.append(f"network interface {n['NetworkInterfaceId']} ({n.get('Status')})")
+        found += iam.tagged_iam(aws, name)
     return found
 
 
@@ -144,6 +151,8 @@ def delete_resources(aws: Aws, res: Resources, *, say: Progress, timeout_s: floa
         ("subnet", res.subnets, lambda s: ec2.delete_subnet(SubnetId=s)),
         ("internet gateway", res.internet_gateways, lambda g: _delete_internet_gateway(aws, g)),
         ("VPC", res.vpcs, lambda v: ec2.delete_vpc(VpcId=v)),
+        ("instance profile", res.instance_profiles, lambda p: iam.delete_instance_profile(aws, p)),
+        ("IAM role", res.iam_roles, lambda r: iam.delete_role(aws, r)),
     ]
     for kind, ids, delete in kinds:
         for rid in ids:
@@ -170,14 +179,19 @@ def _delete_internet_gateway(aws: Aws, igw: str) -> None:
 _NAME = re.compile(r"^[a-z][a-z0-9-]{0,30}[a-z0-9]$")
 
 
-def down(name: str, region: str | None = None, *, aws: Aws | None = None, say: Progress,
+def down(name: str, region: str | None = None, *, aws: Aws | None = None, assume_yes: bool = False,
+         confirm: Confirm | None = None, book: PriceBook | None = None, say: Progress,
          timeout_s: float = WAIT_TIMEOUT_S) -> int:  # fmt: skip
     """Delete what rayrig created for cluster ``name``; return 0 if nothing carries its tag afterwards, else 1.
 
     The region is ``aws``'s, else ``region``, else the one ``up`` recorded here,
     else boto3's. A region other than the recorded one where nothing of the
     cluster is found is refused (``CloudError``): the cluster runs elsewhere.
-    The record is forgotten only once nothing is left in the region it names.
+    Before deleting anything it says how long the cluster has run and what its
+    instances have cost (prices from ``book``); unless ``assume_yes``,
+    ``confirm`` must accept (``CloudError`` when nobody can be asked or the
+    answer is no). The record is forgotten only once nothing is left in the
+    region it names.
     """
     if not _NAME.match(name):
         raise CloudError(f"cluster name {name!r}: expected 2-32 lower-case letters, digits and '-'")
@@ -193,6 +207,13 @@ def down(name: str, region: str | None = None, *, aws: Aws | None = None, say: P
                 f"run 'rayrig cloud down {name}' without --region (or with --region {recorded})"
             )
         if res:
+            for line in bill(aws, name, book or PriceBook(aws)):
+                say(line)
+            if not assume_yes:
+                if confirm is None:
+                    raise CloudError(f"not confirmed: nobody to ask; pass --yes to take cluster {name} down")
+                if not confirm(f"Take down cluster {name} ({len(res.items())} resource(s))?"):
+                    raise CloudError(f"not confirmed; nothing of cluster {name} was deleted")
             say(f"Taking down cluster {name} in {aws.region}: {len(res.items())} resource(s)")
             failures = delete_resources(aws, res, say=say, timeout_s=timeout_s)
             for failure in failures:
@@ -218,6 +239,29 @@ def down(name: str, region: str | None = None, *, aws: Aws | None = None, say: P
         return 0
 
 
+def bill(aws: Aws, name: str, book: PriceBook, now: dt.datetime | None = None) -> list[str]:
+    """What cluster ``name`` has run for and cost so far, as ``down`` says it before deleting."""
+    now = now or utc_now()
+    known = len(book.notices)  # a book shared by several clusters says each failure once
+    live = [*created_filters(name), {"Name": "instance-state-name", "Values": ["pending", "running"]}]
+    with aws_step(f"listing the running instances of cluster {name}", aws.region):
+        running = [running_of(i) for i in instances_matching(aws, live)]
+    if not running:
+        return [f"Cluster {name} in {aws.region}: none of its instances is running; they cost nothing now."]
+    births = [r.created_at or r.launched for r in running if r.created_at or r.launched]
+    born = min(births) if births else None
+    cost = cost_of(running, book.instance_rate, now)
+    unknown = f" plus {', '.join(cost.unpriced)} (price unknown)" if cost.unpriced else ""
+    since = f"launched {born:%Y-%m-%d %H:%M} UTC, up {span(now - born)}" if born else "launch time unknown"
+    return [
+        f"Cluster {name} in {aws.region}: {since}; {cost.instances} instance(s) running at "
+        f"{usd(cost.hourly_usd)}/h{unknown}",
+        f"Estimated cost so far: {usd(cost.so_far_usd)} (instances only, each since its launch; "
+        f"prices: {sources_text(cost.sources)})",
+        *book.notices[known:],
+    ]
+
+
 @dataclass
 class ClusterInfo:
     """A cluster as ``rayrig cloud ls`` shows it, gathered from tags."""
@@ -230,8 +274,8 @@ class ClusterInfo:
     expiry_text: str | None = None
     running: dict[str, int] = field(default_factory=dict)
     spot: int = 0
-    hourly_usd: float = 0.0
-    unpriced: list[str] = field(default_factory=list)
+    instances: list[Running] = field(default_factory=list)  # the pending and running ones
+    cost: Cost | None = None  # when listed with a price book
     resources: int = 0
 
     def expired(self, now: dt.datetime) -> bool:
@@ -239,8 +283,9 @@ class ClusterInfo:
         return self.expires_at is not None and self.expires_at <= now
 
 
-def list_clusters(aws: Aws) -> list[ClusterInfo]:
-    """Every cluster in the region that carries rayrig's tags, sorted by name."""
+def list_clusters(aws: Aws, book: PriceBook | None = None, now: dt.datetime | None = None) -> list[ClusterInfo]:
+    """Every cluster in the region that carries rayrig's tags, sorted by name; with ``book``, each with what
+    its instances cost per hour and have cost since their launch (at ``now``)."""
     ec2 = aws.ec2
     tagged = [{"Name": "tag-key", "Values": [TAG_CLUSTER]}]
     clusters: dict[str, ClusterInfo] = {}
@@ -267,6 +312,7 @@ def list_clusters(aws: Aws) -> list[ClusterInfo]:
                 itype = instance["InstanceType"]
                 info.running[itype] = info.running.get(itype, 0) + 1
                 info.spot += instance.get("InstanceLifecycle") == "spot"
+                info.instances.append(running_of(instance))
         for group in paginate(ec2, "describe_security_groups", "SecurityGroups", Filters=tagged):
             note(group)
         for vpc in paginate(ec2, "describe_vpcs", "Vpcs", Filters=tagged):
@@ -281,7 +327,8 @@ def list_clusters(aws: Aws) -> list[ClusterInfo]:
         parsed = [t for t in map(parse_time, texts) if t]
         info.expires_at = min(parsed) if parsed else None
         info.expiry_text = min(texts) if texts else None
-        info.hourly_usd, info.unpriced = prices.estimate(info.running)
+        if book is not None:
+            info.cost = cost_of(info.instances, book.instance_rate, now or utc_now())
     return [clusters[n] for n in sorted(clusters)]
 
 
@@ -338,9 +385,10 @@ def reap(
                 say("Nothing was taken down.")
                 return 0
         status = 0
+        book = PriceBook(aws)
         for c in expired:
             try:
-                status |= down(c.name, aws=aws, say=say, timeout_s=timeout_s)
+                status |= down(c.name, aws=aws, assume_yes=True, book=book, say=say, timeout_s=timeout_s)
             except CloudError as exc:
                 say(f"could not take down {c.name}: {exc}")
                 status = 1

@@ -23,6 +23,7 @@ from cloud.ec2.aws import (
     instances_matching,
     is_gone,
 )
+from cloud.ec2.iam import profile_not_ready
 from cloud.ssh import ssh_answers
 
 SshProbe = Callable[[str, int, float], bool]
@@ -39,7 +40,8 @@ SETTLE_S = 60.0
 
 def settled(call: Callable[..., Any], /, **kwargs: Any) -> Any:
     """Run ``call(**kwargs)``, which refers to resources made a moment ago: EC2 is eventually
-    consistent, so a '...NotFound' answer is retried for up to ``SETTLE_S`` seconds."""
+    consistent, so a '...NotFound' answer (or RunInstances' "Invalid IAM Instance Profile" for a
+    profile IAM has not spread yet) is retried for up to ``SETTLE_S`` seconds."""
     deadline = time.monotonic() + SETTLE_S
     delay = min(POLL_S, 1.0)
     while True:
@@ -50,6 +52,7 @@ def settled(call: Callable[..., Any], /, **kwargs: Any) -> Any:
             settling = (code.endswith(".NotFound") or code == "InvalidPlacementGroup.Unknown") and not code.startswith(
                 "InvalidAMIID"
             )
+            settling = settling or profile_not_ready(exc)  # an instance profile made a moment ago
             if not settling or time.monotonic() >= deadline:
                 raise
             time.sleep(delay)

@@ -8,7 +8,9 @@ through botocore's own event hooks on the sessions rayrig makes:
 - ``inject`` answers chosen calls with an AWS error response, which botocore
   parses and retries exactly as it would a real one;
 - EC2 placement groups, which moto 5 does not implement, are emulated in memory
-  (create, describe with tag filters, delete), the only gap filled by hand.
+  (create, describe with tag filters, tag, delete);
+- the AWS Pricing API, which moto lacks, answers from a recorded price list on a
+  local port of its own (``pricing_api.py``, ``RAYRIG_AWS_PRICING_ENDPOINT_URL``).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import itertools
 import json
 import logging
 import socket
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -37,6 +40,7 @@ from moto.server import ThreadedMotoServer
 from cloud.ec2 import aws as ec2_aws
 from cloud.ec2 import waits
 from rayrig.cli import main
+from tests.cloud import pricing_api as pricing
 
 REGION = "us-east-1"
 #: moto's value of AWS's public parameter: an Amazon Linux 2023 AMI (SSH user ec2-user).
@@ -179,12 +183,28 @@ class PlacementGroups:
             return self._error("InvalidPlacementGroup.Unknown", f"The Placement Group '{name}' is unknown.")
         return self._ok({})
 
+    def create_tags(self, context: dict[str, Any], region: str, **_: Any) -> tuple[AWSResponse, dict[str, Any]] | None:
+        """CreateTags on placement groups (by GroupId, one call for groups only); any other call goes on to moto."""
+        params = context["test_params"]
+        ids = params.get("Resources", [])
+        if not ids or not all(rid.startswith("pg-") for rid in ids):
+            return None
+        here = {g["GroupId"]: g for (where, _), g in self.groups.items() if where == region}
+        for rid in ids:
+            if rid not in here:
+                return self._error("InvalidPlacementGroup.Unknown", f"The Placement Group '{rid}' is unknown.")
+            tags = {t["Key"]: t for t in here[rid]["Tags"]}
+            tags.update({t["Key"]: dict(t) for t in params.get("Tags", [])})
+            here[rid]["Tags"] = list(tags.values())
+        return self._ok({})
+
     def register(self, events: Any, region: str) -> None:
         """Answer the placement group calls of a session in ``region`` (groups are per region, as on AWS)."""
         for op, answer in (
             ("CreatePlacementGroup", self.create),
             ("DescribePlacementGroups", self.describe),
             ("DeletePlacementGroup", self.delete),
+            ("CreateTags", self.create_tags),
         ):
             events.register(f"before-parameter-build.ec2.{op}", self.remember)
             events.register(f"before-call.ec2.{op}", functools.partial(answer, region=region))
@@ -222,16 +242,22 @@ class Injector:
         self.rules: list[dict[str, Any]] = []
 
     def fail(self, operation: str, code: str, message: str = "injected", *, status: int = 400,
-             times: int | None = None, after: int = 0) -> None:  # fmt: skip
-        """Fail ``operation`` with ``code`` after letting ``after`` calls through, ``times`` times (None: always)."""
+             times: int | None = None, after: int = 0,
+             when: Callable[[dict[str, str]], bool] | None = None) -> None:  # fmt: skip
+        """Fail ``operation`` with ``code`` after letting ``after`` calls through, ``times`` times (None: always);
+        with ``when``, only the requests whose parameters (as sent: ``{"InstanceType": ...,
+        "NetworkInterface.1.SubnetId": ...}``) it accepts."""
         self.rules.append(
-            {"op": operation, "code": code, "message": message, "status": status, "times": times, "after": after}
-        )
+            {"op": operation, "code": code, "message": message, "status": status, "times": times, "after": after,
+             "when": when}
+        )  # fmt: skip
 
     def before_send(self, request: Any, event_name: str, **_: Any) -> AWSResponse | None:
         _, service, operation = event_name.split(".", 2)
         for rule in self.rules:
             if rule["op"] != operation:
+                continue
+            if rule["when"] is not None and not rule["when"](_form(request)):
                 continue
             if rule["after"] > 0:
                 rule["after"] -= 1
@@ -242,6 +268,30 @@ class Injector:
                 rule["times"] -= 1
             return error_response(service, rule["code"], rule["message"], rule["status"])
         return None
+
+
+def _form(request: Any) -> dict[str, str]:
+    """The parameters of a query-protocol request (EC2's), as sent."""
+    body = request.body or b""
+    text = body.decode() if isinstance(body, bytes) else str(body)
+    return {key: values[0] for key, values in urllib.parse.parse_qs(text).items()}
+
+
+@pytest.fixture(scope="session")
+def pricing_server() -> Iterator[tuple[pricing.PricingApi, str]]:
+    """One Pricing API server for the whole tier: its state and its URL."""
+    api = pricing.PricingApi()
+    for url in pricing.serve(api):
+        yield api, url
+
+
+@pytest.fixture(autouse=True)
+def pricing_api(pricing_server: tuple[pricing.PricingApi, str], monkeypatch: pytest.MonkeyPatch) -> pricing.PricingApi:
+    """The Pricing API with the recorded products (a test may change ``products``), where rayrig asks it."""
+    api, url = pricing_server
+    api.reset()
+    monkeypatch.setenv("RAYRIG_AWS_PRICING_ENDPOINT_URL", url)
+    return api
 
 
 @pytest.fixture

@@ -144,7 +144,7 @@ def test_down_goes_on_past_a_deletion_the_endpoint_lacks_and_names_it(
     forget_connections()  # sessions made from here on answer the deletion with moto's HTML error page
     capsys.readouterr()
 
-    assert run_cli("cloud", "down", "sprint42") == 1
+    assert run_cli("cloud", "down", "sprint42", "--yes") == 1
     captured = capsys.readouterr()
     assert "Traceback" not in captured.out + captured.err
     assert f"could not delete: deleting placement group rayrig-sprint42: {aws} answered with something" in captured.out

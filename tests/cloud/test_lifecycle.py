@@ -107,7 +107,7 @@ def test_down_in_another_region_refuses_and_keeps_the_cluster(
     bring(write_spec(), no_ssh)
     capsys.readouterr()
 
-    assert run_cli("cloud", "down", "sprint42", "--region", "eu-west-1") == 1
+    assert run_cli("cloud", "down", "sprint42", "--region", "eu-west-1", "--yes") == 1
 
     err = capsys.readouterr().err
     assert "nothing of cluster sprint42 is in eu-west-1" in err and f"records it in {REGION}" in err
@@ -115,7 +115,7 @@ def test_down_in_another_region_refuses_and_keeps_the_cluster(
     assert (tmp_path / "state" / "ec2" / "sprint42.json").is_file()
     assert len(heads(client)) == 1
 
-    assert run_cli("cloud", "down", "sprint42") == 0  # the recorded region
+    assert run_cli("cloud", "down", "sprint42", "--yes") == 0  # the recorded region
     assert heads(client) == [] and not (tmp_path / "state" / "ec2" / "sprint42.json").exists()
 
 
@@ -137,13 +137,13 @@ def test_down_in_another_region_takes_down_what_is_there_but_keeps_the_record(
     (tmp_path / "state" / "ec2" / "sprint42.json").write_text(json.dumps(other))
     capsys.readouterr()
 
-    assert run_cli("cloud", "down", "sprint42", "--region", "eu-west-1") == 0
+    assert run_cli("cloud", "down", "sprint42", "--region", "eu-west-1", "--yes") == 0
 
     out = capsys.readouterr().out
     assert "Nothing is left with the tag rayrig:cluster=sprint42 in eu-west-1." in out
     assert "it records cluster sprint42 in us-east-1, which was not searched" in out
     assert json.loads((tmp_path / "state" / "ec2" / "sprint42.json").read_text())["region"] == REGION
-    assert run_cli("cloud", "down", "sprint42") == 0
+    assert run_cli("cloud", "down", "sprint42", "--yes") == 0
 
 
 def test_up_refuses_a_name_recorded_in_another_region(
@@ -326,7 +326,7 @@ def test_a_new_cluster_of_the_same_name_never_reuses_a_token(
     path = write_spec()
     bring(path, no_ssh)
     first = {p["ClientToken"] for p in calls.params("RunInstances")}
-    assert run_cli("cloud", "down", "sprint42") == 0
+    assert run_cli("cloud", "down", "sprint42", "--yes") == 0
     calls.clear()
 
     bring(path, no_ssh)

@@ -11,6 +11,7 @@ import pytest
 
 from cloud import ec2
 from cloud.ec2.aws import utc_now
+from cloud.ec2.pricing import PriceBook
 from cloud.ec2.spec import load_spec
 from cloud.ec2.teardown import find_created, reap_lock
 from rayrig.commands import cloud as cloud_commands
@@ -21,11 +22,12 @@ pytestmark = pytest.mark.cloud
 
 @pytest.fixture
 def two_clusters(write_spec: Callable[..., Path], keys: tuple[Path, Path], no_ssh: Any) -> None:
-    """``short`` (ttl 1h, one on-demand g5.xlarge worker) and ``sprint42`` (ttl 7d, two spot g5.12xlarge)."""
+    """``short`` (ttl 1h, one on-demand g5.xlarge worker) and ``sprint42`` (ttl 7d, two spot g5.12xlarge), in a
+    zone where moto has a spot price of g5.12xlarge (not every zone has one)."""
     short = base_spec(keys[0], name="short", ttl="1h")
     short["workers"] = [{"name": "gpu", "instance_type": "g5.xlarge", "count": 1}]
     short["network"] = {"vpc_cidr": "10.43.0.0/16", "subnet_cidr": "10.43.0.0/24"}
-    for data in (short, base_spec(keys[0])):
+    for data in (short, base_spec(keys[0], network={"availability_zone": "us-east-1a"})):
         ec2.up(load_spec(write_spec(data)), assume_yes=True, ssh_probe=no_ssh, say=lambda _: None)
 
 
@@ -44,12 +46,14 @@ def cluster_tagged(aws: str, name: str) -> bool:
 def test_ls_lists_clusters_with_age_expiry_types_and_cost(
     two_clusters: None, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    clusters = ec2.list_clusters(ec2.connect("us-east-1"))
+    aws = ec2.connect("us-east-1")
+    clusters = ec2.list_clusters(aws, PriceBook(aws))
     assert [c.name for c in clusters] == ["short", "sprint42"]
     short, sprint = clusters
     assert short.running == {"m5.2xlarge": 1, "g5.xlarge": 1} and short.spot == 0
     assert sprint.running == {"m5.2xlarge": 1, "g5.12xlarge": 2} and sprint.spot == 2
-    assert sprint.hourly_usd == pytest.approx(0.384 + 2 * 5.672)
+    assert short.cost.hourly_usd == pytest.approx(0.384 + 1.006)  # on demand, from the Pricing API
+    assert sprint.cost.hourly_usd == pytest.approx(0.384 + 2 * 0.00001)  # the workers at moto's spot price
     assert sprint.owner == "aiko@example.com"
     assert sprint.expires_at - sprint.created_at == dt.timedelta(days=7)
     assert short.expires_at - short.created_at == dt.timedelta(hours=1)
@@ -57,11 +61,13 @@ def test_ls_lists_clusters_with_age_expiry_types_and_cost(
     capsys.readouterr()
     assert run_cli("cloud", "ls") == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0].split() == ["NAME", "OWNER", "AGE", "EXPIRES", "(UTC)", "LEFT", "RUNNING", "$/H"]
+    assert out[0].split() == [
+        "NAME", "OWNER", "LAUNCHED", "(UTC)", "UP", "EXPIRES", "(UTC)", "LEFT", "RUNNING", "$/H", "COST"
+    ]  # fmt: skip
     row = next(line for line in out if line.startswith("sprint42"))
-    assert "aiko@example.com" in row and "2 x g5.12xlarge" in row and "(2 spot)" in row and "11.73*" in row
+    assert "aiko@example.com" in row and "2 x g5.12xlarge" in row and "(2 spot)" in row and " 0.38 " in row
     assert "6d23h" in row or "7d00h" in row  # time left
-    assert out[-1].startswith("* spot instances priced at the on-demand rate")
+    assert out[-1].endswith("(prices: AWS Pricing, spot price history)")
 
 
 def test_ls_in_an_empty_region(capsys: pytest.CaptureFixture[str]) -> None:

@@ -37,9 +37,15 @@ def spec_label(slot: tuple[Any, ...]) -> str:
 
 def spec_with(public_key: Path, slot: tuple[Any, ...], value: str) -> dict[str, Any]:
     data = base_spec(public_key)
-    data["network"] = {"bastion": "ec2-user@bastion.example.com", "bastion_ssh_key": str(public_key)}
+    data["network"] = {
+        "bastion": "ec2-user@bastion.example.com",
+        "bastion_ssh_key": str(public_key),
+        "availability_zones": ["us-east-1a", "us-east-1b"],
+    }
     data["ami"]["ssh_user"] = "ubuntu"
     data["head"]["host_data"] = {}
+    for group in (data["head"], *data["workers"]):  # the list form, so that a hostile entry has a list to go in
+        group["instance_types"] = [group.pop("instance_type")]
     data["ssh_private_key"] = str(public_key.with_suffix(""))
     put(data, slot, value)
     return data
@@ -52,6 +58,8 @@ SPEC_SLOTS = sorted((s for s in string_slots(spec_schema.SCHEMA) if s[-2:] != ("
 def test_the_spec_corpus_reaches_every_string_key():
     labels = {spec_label(slot) for slot in SPEC_SLOTS}
     for key in ("name", "owner", "ttl", "admin_cidrs[0]", "ami.ssm_parameter", "network.bastion", "workers[0].name"):
+        assert key in labels, key
+    for key in ("network.availability_zones[0]", "head.instance_types[0]", "workers[0].spot_fallback"):
         assert key in labels, key
     assert ("host_data", KEY) in SPEC_SLOTS and ("workers", 0, "host_data", KEY) in SPEC_SLOTS
 

@@ -186,9 +186,9 @@ def test_up_creates_exactly_the_resources_tagged(
     assert state["region"] == REGION and state["spec"].endswith(".toml")
     assert (result.state_file.parent / "current").read_text().strip() == "sprint42"
 
-    # The summary came first, with the cost: 1 x m5.2xlarge + 2 x g5.12xlarge.
+    # The summary came first, with the cost: 1 x m5.2xlarge on demand + 2 x g5.12xlarge at moto's spot price.
     assert out.index("create  VPC 10.42.0.0/16") < out.index("created VPC")
-    assert "Estimated cost: $11.73/h" in out and "approximate us-east-1" in out
+    assert "Estimated cost: $0.38/h" in out and "prices: AWS Pricing, spot price history" in out
 
 
 def test_security_group_rules_are_exactly_as_specified(
@@ -493,7 +493,7 @@ def test_down_leaves_nothing_with_the_cluster_tag(
     bring_up(write_spec(), no_ssh)
     capsys.readouterr()
 
-    assert run_cli("cloud", "down", "sprint42") == 0
+    assert run_cli("cloud", "down", "sprint42", "--yes") == 0
 
     assert all(not items for items in tagged(client, "sprint42").values())
     assert placement_groups.groups == {}
@@ -502,7 +502,7 @@ def test_down_leaves_nothing_with_the_cluster_tag(
     assert "Nothing is left with the tag rayrig:cluster=sprint42" in out
     assert not (tmp_path / "state" / "ec2" / "sprint42.json").exists()
     assert not (tmp_path / "state" / "ec2" / "current").exists()
-    assert run_cli("cloud", "down", "sprint42") == 0  # again: nothing to do, still nothing left
+    assert run_cli("cloud", "down", "sprint42", "--yes") == 0  # again: nothing to do, still nothing left
 
 
 def test_down_never_deletes_what_it_did_not_create(
@@ -531,7 +531,7 @@ def test_down_never_deletes_what_it_did_not_create(
     )["GroupId"]
     capsys.readouterr()
 
-    assert run_cli("cloud", "down", "sprint42") == 1
+    assert run_cli("cloud", "down", "sprint42", "--yes") == 1
 
     out = capsys.readouterr().out
     assert f"security group {theirs} (theirs)" in out and "Still tagged rayrig:cluster=sprint42" in out
@@ -546,7 +546,7 @@ def test_down_without_a_region_uses_the_recorded_one(
     bring_up(write_spec(), no_ssh)
     monkeypatch.delenv("AWS_DEFAULT_REGION")
     forget_connections()
-    assert run_cli("cloud", "down", "sprint42") == 0
+    assert run_cli("cloud", "down", "sprint42", "--yes") == 0
 
 
 def test_down_refuses_a_bad_name(capsys: pytest.CaptureFixture[str]) -> None:
@@ -568,4 +568,4 @@ def test_cli_up_probes_ssh_for_real_and_keeps_the_cluster_when_it_does_not_answe
     assert (tmp_path / "state" / "ec2" / "sprint42.json").is_file()
 
     assert run_cli("cloud", "up", str(write_spec()), "--yes", "--no-wait-ssh") == 0
-    assert run_cli("cloud", "down", "sprint42") == 0
+    assert run_cli("cloud", "down", "sprint42", "--yes") == 0

@@ -47,6 +47,7 @@ NOT_INPUTS = {
     "name": "sprint42",  # rayrig cloud down NAME: a cluster's name, looked up in AWS
     "dir": "no/such/wheelhouse",  # rayrig image wheelhouse DIR: the folder to fill, created
     "host": "head",  # rayrig ssh/logs INVENTORY [HOST]
+    "duration": "12h",  # rayrig cloud extend NAME DURATION
 }
 #: Arguments that take the rest of the command line as they are (pyinfra's, a command's).
 PASSED_ON = (argparse.REMAINDER, "*")
@@ -58,6 +59,7 @@ RUNTIME = {
     ("cloud", "ls", "--region", "us-east-1"): "cannot reach",
     ("cloud", "down", "sprint42", "--region", "us-east-1"): "cannot reach",
     ("cloud", "reap", "--region", "us-east-1"): "cannot reach",
+    ("cloud", "extend", "sprint42", "12h", "--region", "us-east-1"): "cannot reach",
     ("image", "build", "--wheelhouse", "{wheelhouse}", "--tag", "rayrig-test/none:0"): "docker build",
     ("dashboard", "tests/plan/fake_inventory.py", "--local-port", "18265"): "ssh to @fake/head exited",
 }

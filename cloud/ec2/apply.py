@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from botocore.exceptions import ClientError
 
+from cloud.ec2 import efa
 from cloud.ec2.ami import Ami
 from cloud.ec2.aws import (
     LIVE_STATES,
@@ -80,6 +81,7 @@ class Build:
     group_id: str = ""
     key_pair_id: str = ""
     placement: str | None = None
+    efa: dict[str, int] = field(default_factory=dict)  # EFA interfaces per instance, by group (cloud/ec2/efa.py)
 
     @property
     def ec2(self) -> Any:
@@ -393,6 +395,11 @@ def run_instances_params(build: Build, group: GroupSpec, slot: int, token: str) 
         }
     if build.placement and group.role == "worker":
         params["Placement"] = {"GroupName": build.placement}
+    efa_count = build.efa.get(group.name, 0)
+    if efa_count:  # EFA: one interface per network card instead of the single one above (cloud/ec2/efa.py)
+        public = build.spec.network.public_ips
+        params["NetworkInterfaces"] = efa.network_interfaces(efa_count, build.subnet_id, build.group_id, public)
+        params["TagSpecifications"][0]["Tags"].append({"Key": efa.TAG_EFA, "Value": str(efa_count)})
     return params
 
 

@@ -42,6 +42,7 @@ A spec, with every optional key shown (see ``examples/sprint42.toml``)::
     count = 2
     root_volume_gb = 500
     host_data = { ray_resources = { a10g = 4 } }
+    # efa = "auto"                      # EFA interfaces: "auto" (EFA type in the placement group), "on", "off"
 
     [host_data]                         # passed to every host by inventories/ec2.py
     ray_image = "rayproject/ray:2.60.0-py311-gpu"
@@ -114,6 +115,7 @@ class GroupSpec:
     market: str = "on-demand"
     root_volume_gb: int = 100
     host_data: dict[str, Any] = field(default_factory=dict)
+    efa: str = "auto"  # EFA interfaces: "auto", "on" or "off" (cloud/ec2/efa.py)
 
     @property
     def spot(self) -> bool:
@@ -416,6 +418,7 @@ def _group(data: Mapping[str, Any], name: str, role: str) -> GroupSpec:
         market=data.get("market", "on-demand"),
         root_volume_gb=data.get("root_volume_gb", 100),
         host_data=dict(data.get("host_data", {})),
+        efa=data.get("efa", "auto"),
     )
 
 

@@ -33,6 +33,11 @@ _GROUP_PROPERTIES: dict[str, Any] = {
         "x-expected": "a root volume size in GB from 8 to 16384",
     },
     "host_data": _HOST_DATA,
+    # EFA network interfaces (cloud/ec2/efa.py)
+    "efa": {
+        "enum": ["auto", "on", "off"],
+        "x-expected": '"auto" (when the type has EFA and the group is in the placement group), "on" or "off"',
+    },
 }
 
 _HEAD = {

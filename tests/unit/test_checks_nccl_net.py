@@ -12,7 +12,7 @@ from checks.allreduce import AllreduceRank
 from checks.reasons import INFO, WARN
 from tests.unit.test_checks_cluster import BENCH, HEAD_IP, NO_GPUS, RUNNING, WORKER_IP, FakeNode, alive, run, settings
 
-#: A p4d rank's log with aws-ofi-nccl 1.7 (NCCL_DEBUG=INFO, NCCL_DEBUG_SUBSYS=INIT,NET).
+#: A p4d rank's log in the format of aws-ofi-nccl 1.7 (NCCL_DEBUG=INFO, NCCL_DEBUG_SUBSYS=INIT,NET).
 EFA_OLD = """\
 ip-10-42-0-7:81:81 [0] NCCL INFO NCCL_SOCKET_IFNAME set by environment to ^docker,lo,veth
 ip-10-42-0-7:81:81 [0] NCCL INFO Bootstrap : Using ens32:10.42.0.7<0>

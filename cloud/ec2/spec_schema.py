@@ -36,7 +36,7 @@ _GROUP_PROPERTIES: dict[str, Any] = {
     # EFA network interfaces (cloud/ec2/efa.py)
     "efa": {
         "enum": ["auto", "on", "off"],
-        "x-expected": '"auto" (when the type has EFA and the group is in the placement group), "on" or "off"',
+        "x-expected": '"auto" (EFA on the types built for it, in the placement group), "on" or "off"',
     },
 }
 

@@ -35,17 +35,19 @@ from __future__ import annotations
 
 import os
 import socket
+import tempfile
 import time
 from collections.abc import Callable
 from typing import Any
 
 from . import allreduce_plan as plan
-from . import maths
+from . import maths, nccl_net
 from .deadlines import DEFAULT_PEER_FACTOR, Budget
 from .progress import describe, log
 
 MiB = 2**20
 GiB = 2**30
+NCCL_LOG_WAIT_S = 10  # how long the driver waits for the ranks to say which network NCCL chose
 
 
 def size_sweep(min_bytes: int, max_bytes: int) -> list[int]:
@@ -187,6 +189,7 @@ class AllreduceRank:
         self.device: Any = None
         self.nbytes: int | None = None
         self.calls = self.entered = self.completed = self.total = 0
+        self.nccl_log = os.path.join(tempfile.gettempdir(), f"rayrig-nccl-{os.getpid()}.log")
 
     def info(self) -> dict[str, Any]:
         """Where this rank runs (pid included: a test freezes it), its GPU ids, and a free port here."""
@@ -213,6 +216,8 @@ class AllreduceRank:
         import torch.distributed as dist
 
         self.device = torch.device(f"cuda:{local_index}" if backend == "nccl" else "cpu")
+        if backend == "nccl":  # NCCL names its network in its log when it starts (checks.nccl_net)
+            os.environ.update(nccl_net.debug_env(self.nccl_log))
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
         timeout = datetime.timedelta(seconds=timeout_s)
@@ -234,6 +239,16 @@ class AllreduceRank:
             torch.cuda.set_device(self.device)  # the current device is per thread
         self.nbytes, self.calls, self.entered, self.completed = nbytes, calls_per_size(warmup, iters), 0, 0
         return measure_size(nbytes, warmup, iters, self.device, self._reduce)
+
+    def nccl_network(self) -> str | None:
+        """The network NCCL chose, from its log (:func:`checks.nccl_net.network_of`); the log is removed."""
+        try:
+            with open(self.nccl_log, encoding="utf-8", errors="replace") as log_file:
+                lines = log_file.read().splitlines()
+        except OSError:
+            return None
+        os.unlink(self.nccl_log)
+        return nccl_net.network_of(lines)
 
     def progress(self) -> dict[str, Any]:
         """The size this rank is at, the all-reduce calls it entered and completed there, and in all.
@@ -337,6 +352,20 @@ def _progress(actors: list[Any]) -> list[dict[str, Any] | None]:
     return answers
 
 
+def _nccl_networks(actors: list[Any], ranks: list[dict[str, Any]]) -> None:
+    """Each rank's ``nccl_network``, as far as the ranks answer within ``NCCL_LOG_WAIT_S``."""
+    import ray  # lazy: heavy, and absent where --local runs
+
+    refs = [actor.nccl_network.remote() for actor in actors]
+    ready, _ = ray.wait(refs, num_returns=len(refs), timeout=NCCL_LOG_WAIT_S)
+    for rank, ref in zip(ranks, refs, strict=True):
+        if ref in ready:
+            try:
+                rank["nccl_network"] = ray.get(ref)
+            except Exception:  # noqa: BLE001 - a rank that cannot read its log leaves the network unknown
+                rank["nccl_network"] = None
+
+
 def _placement(nodes: list[dict[str, Any]], use_gpu: bool, per_node: int) -> list[dict[str, Any]]:
     """The node of each rank, in rank order: one per free GPU, or ``per_node`` per node with that many free CPUs."""
     if use_gpu:  # over the GPUs no other job holds (``busy_gpus``, :func:`checks.cluster_bench.mark_busy`)
@@ -425,6 +454,8 @@ def run_allreduce(
             log(f"allreduce: {nbytes} bytes in {basis:.1f} s (deadline {deadline:.0f} s)")
             if on_row:
                 on_row(rows[-1], ranks)
+        if use_gpu:
+            _nccl_networks(actors, ranks)
     except _Stopped as stopped:
         return {**sweep_result(backend, ranks, rows), "deadlines": deadlines, **stopped.result}
     except Exception as exc:  # noqa: BLE001 - Ray itself failing: reported and judged by the verdict

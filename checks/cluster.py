@@ -59,7 +59,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import monitoring, preflight, run_budget, shared_storage
+from . import monitoring, nccl_net, preflight, run_budget, shared_storage
 from . import report as report_mod
 from . import verdict as verdict_mod
 from .deadlines import Budget
@@ -159,6 +159,10 @@ def run_checks(
                     reasons.append(run_budget.benchmark_stopped(parts.budget.total_s))
                 if bench is None:
                     reasons.append(Reason(FAIL, "the benchmark did not produce a report"))
+                else:  # which network NCCL used on each node, and whether the EFA hosts use their EFA
+                    efa_hosts = [node.name for node in nodes if settings[node.name].get("ray_efa")]
+                    names = {d["address"]: d["name"] for d in declarations}
+                    reasons += nccl_net.network_reasons(bench.get("allreduce"), efa_hosts, names)
 
     thresholds = {
         "matmul_min_fraction": head_settings["checks_matmul_min_fraction"],

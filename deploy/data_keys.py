@@ -181,6 +181,8 @@ PROPERTIES: dict[str, dict[str, Any]] = {
         "x-expected": 'a number of workers of at least 1, or a percentage of the workers from "1%" to "100%"',
     },
     "ray_gcs_fault_tolerance": {"type": "boolean", "x-expected": "true or false"},
+    "ray_efa": {"type": "boolean", "x-expected": "true or false"},  # deploy/efa.py
+    "ray_efa_device_rdma": {"type": "boolean", "x-expected": "true or false"},
     "ray_gcs_storage_path": {"type": "string", "pattern": _ABS_PATH, "x-expected": "an absolute folder path"},
     "ray_auth": {"enum": ["token", "none"], "x-expected": '"token" or "none"'},
     "ray_auth_token_file": {

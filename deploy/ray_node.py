@@ -70,6 +70,7 @@ from pyinfra.operations import files, server, systemd
 
 from deploy import (
     auth,
+    efa,
     env_secret,
     firewall,
     gcs_store,
@@ -232,11 +233,13 @@ def docker_run_args(
     ]  # fmt: skip
     if nofile:
         args.append(f"--ulimit=nofile={nofile}:{nofile}")
+    args += efa.run_args(settings)  # an EFA host's devices and memlock limit
     env = {
         **ray_metrics_env(settings["ray_ports"], role),  # the head's metrics ports, which ray start cannot set
         **ray_temp.rotation_env(settings),
         **gcs_store.container_env(settings, role),
         **(monitoring_config.ray_head_env(settings) if monitoring else {}),  # ray_env may set them otherwise
+        **efa.container_env(settings),  # an EFA host's libfabric and NCCL settings; ray_env may set them otherwise
         **settings["ray_env"],
         **auth.container_env(settings),
         **tls.container_env(settings),  # {} when ray_tls is off
@@ -326,6 +329,8 @@ def desired_run_args(current_host: Any) -> tuple[str, list[str]]:
         current_host.name,
         settings["nvidia_visible_devices"],
     )
+    if settings["ray_efa"]:
+        efa.check_devices(settings, fact(current_host, efa.EfaDevices), current_host.name)
     start = ray_start_args(settings, role, node_address(current_host), node_address(head_host()), num_gpus)
     shm = shm_size(settings["ray_shm_size"], info["mem_bytes"])
     nofile = nofile_limit(settings["ray_ulimit_nofile"], info["nofile_hard"])

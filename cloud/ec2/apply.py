@@ -17,7 +17,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from cloud.ec2 import expiry, failover, iam
+from cloud.ec2 import efa, expiry, failover, iam
 from cloud.ec2.ami import Ami
 from cloud.ec2.aws import (
     LIVE_STATES,
@@ -88,6 +88,7 @@ class Build:
     key_pair_id: str = ""
     placement: str | None = None
     instance_profile: dict[str, str] | None = None  # RunInstances' IamInstanceProfile
+    efa: dict[tuple[str, str], int] = field(default_factory=dict)  # EFA interfaces by (group, type) (efa.py)
 
     @property
     def ec2(self) -> Any:
@@ -513,6 +514,11 @@ def run_instances_params(build: Build, group: GroupSpec, slot: int, token: str) 
         }
     if build.placement and group.role == "worker":
         params["Placement"] = {"GroupName": build.placement}
+    efa_count = build.efa.get((group.name, group.instance_type), 0)  # the type this option launches
+    if efa_count:  # EFA: one interface per network card instead of the single one above (cloud/ec2/efa.py)
+        public = build.spec.network.public_ips
+        params["NetworkInterfaces"] = efa.network_interfaces(efa_count, build.subnet_id, build.group_id, public)
+        params["TagSpecifications"][0]["Tags"].append({"Key": efa.TAG_EFA, "Value": str(efa_count)})
     # --- instance profile (iam.py) ---
     if build.instance_profile:
         params["IamInstanceProfile"] = build.instance_profile

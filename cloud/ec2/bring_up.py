@@ -12,7 +12,7 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from cloud.ec2 import expiry
+from cloud.ec2 import efa, expiry
 from cloud.ec2.ami import check_fit, instance_type_info, resolve_ami
 from cloud.ec2.apply import Build, Ledger, apply
 from cloud.ec2.aws import (
@@ -78,8 +78,10 @@ def up(
     aws = connect(spec.region)
     ports = ray_ports(spec.host_data)
     ami = resolve_ami(aws, spec)
-    check_fit(spec, ami, instance_type_info(aws, {t for g in spec.groups for t in g.preferences}))
+    types = instance_type_info(aws, {t for g in spec.groups for t in g.preferences})
+    check_fit(spec, ami, types)
     check_zones(aws, spec)
+    efa_counts = efa.efa_plan(spec, types)  # an "on" that a type cannot honour stops here
     with cluster_lock(spec.name, say):  # one up or down of the cluster at a time on this machine
         recorded = load_state(spec.name).get("region")
         if recorded not in (None, spec.region):
@@ -96,6 +98,8 @@ def up(
         expiry.refuse_expired(spec.name, existing.expires_at, now, bool(plan.launches or plan.starts))
         for line in plan_summary(spec, ami, plan, expires_at) + book.notices:
             say(line)
+        for line in efa.plan_lines(spec, efa_counts, types):
+            say(f"  EFA     {line}")
 
         if plan.creates and not assume_yes:
             if confirm is None:
@@ -114,7 +118,8 @@ def up(
         }
         ledger = Ledger(say)
         try:
-            instances = apply(Build(aws, spec, ami, existing, ports, base_tags, ledger, say, timeout_s), plan)
+            build = Build(aws, spec, ami, existing, ports, base_tags, ledger, say, timeout_s, efa=efa_counts)
+            instances = apply(build, plan)
         except (CloudError, ClientError, BotoCoreError, KeyboardInterrupt) as exc:
             if isinstance(exc, (ClientError, BotoCoreError)):
                 reason = explain_error(exc, "bringing the cluster up", spec.region)

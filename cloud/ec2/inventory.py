@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from cloud.ec2 import prices
+from cloud.ec2 import efa, prices
 from cloud.ec2.ami import gpus_of, instance_type_info, ssh_user_for_ami
 from cloud.ec2.aws import (
     TAG_GROUP,
@@ -59,8 +59,10 @@ def cluster_hosts(name: str | None = None, region: str | None = None) -> tuple[H
     the AMI's family), ``ssh_key`` (the spec's private key), ``ray_role``,
     ``ray_num_gpus`` (from the instance type), ``ray_node_ip`` (the private
     address), ``ssh_config_file`` (ProxyJump through the bastion, if any), and
-    the spec's ``host_data``. Without the spec file, the data comes from the
-    state, which keeps no secrets: a cluster whose spec had some needs its spec.
+    the spec's ``host_data``; ``ray_efa`` on instances launched with EFA
+    interfaces (``cloud.ec2.efa``), unless the spec's host data says otherwise.
+    Without the spec file, the data comes from the state, which keeps no
+    secrets: a cluster whose spec had some needs its spec.
     """
     name = name or current_cluster()
     state = load_state(name)
@@ -112,6 +114,7 @@ def cluster_hosts(name: str | None = None, region: str | None = None) -> tuple[H
             "ray_cluster_name": name,
             "firewall_admin_cidrs": admins,
             "firewall_allow_ssh_from_anywhere": anywhere,
+            **_efa_data(instance),  # the spec's host data may turn it off
             **shared,
             **per_group.get(tags.get(TAG_GROUP, ""), {}),
             "ray_role": role,
@@ -134,6 +137,14 @@ def cluster_hosts(name: str | None = None, region: str | None = None) -> tuple[H
             f"(tag {TAG_ROLE}=head)"
         )
     return hosts["head"], hosts["worker"]
+
+
+def _efa_data(instance: Mapping[str, Any]) -> dict[str, Any]:
+    """``ray_efa`` (and ``ray_efa_device_rdma`` where the type's EFA does RDMA reads) for an instance
+    launched with EFA interfaces (tag ``rayrig:efa``); nothing for the others."""
+    if tags_of(instance).get(efa.TAG_EFA, "0") in ("", "0"):
+        return {}
+    return {"ray_efa": True, "ray_efa_device_rdma": efa.device_rdma(instance["InstanceType"])}
 
 
 def _ssh_users(aws: Aws, instances: list[dict[str, Any]], override: str | None) -> dict[str, str]:

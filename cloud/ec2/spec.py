@@ -46,6 +46,7 @@ A spec, with every optional key shown (see ``examples/sprint42.toml``)::
     spot_fallback = "on-demand"         # default "none": a spot group never launches on-demand
     root_volume_gb = 500
     host_data = { ray_resources = { a10g = 4 } }
+    # efa = "auto"                      # EFA interfaces: "auto" (EFA type in the placement group), "on", "off"
 
     [host_data]                         # passed to every host by inventories/ec2.py
     ray_image = "rayproject/ray:2.60.0-py311-gpu"
@@ -125,6 +126,7 @@ class GroupSpec:
     # --- capacity failover (cloud/ec2/failover.py) ---
     instance_types: tuple[str, ...] = ()  # the preference list, if given; instance_type is its first entry
     spot_fallback: str = "none"  # "on-demand": a spot group may launch on-demand once spot capacity is gone
+    efa: str = "auto"  # EFA interfaces: "auto", "on" or "off" (cloud/ec2/efa.py)
 
     @property
     def spot(self) -> bool:
@@ -613,6 +615,7 @@ def _group(data: Mapping[str, Any], name: str, role: str, label: str, where: Any
         host_data=dict(data.get("host_data", {})),
         instance_types=types if "instance_types" in data else (),
         spot_fallback=fallback,
+        efa=data.get("efa", "auto"),
     )
 
 

@@ -60,6 +60,11 @@ _GROUP_PROPERTIES: dict[str, Any] = {
         "x-expected": "a root volume size in GB from 8 to 16384",
     },
     "host_data": _HOST_DATA,
+    # EFA network interfaces (cloud/ec2/efa.py)
+    "efa": {
+        "enum": ["auto", "on", "off"],
+        "x-expected": '"auto" (EFA on the types built for it, in the placement group), "on" or "off"',
+    },
 }
 
 _HEAD = {

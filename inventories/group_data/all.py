@@ -49,6 +49,8 @@ ray_drain_timeout_s = 120  # seconds an absent host's node has to finish its wor
 ray_rolling_batch = "25%"  # workers replaced at once in a rolling change: a number, or a percentage of them
 ray_gcs_fault_tolerance = False  # GCS in a RocksDB store on the head: workers and actors outlive a head restart
 ray_gcs_storage_path = "/var/lib/rayrig/gcs"  # the head's folder of that store (with ray_gcs_fault_tolerance)
+ray_efa = False  # EFA host: ray-node gets /dev/infiniband, memlock unlimited, FI_PROVIDER=efa (set by ec2.py)
+ray_efa_device_rdma = False  # with ray_efa: FI_EFA_USE_DEVICE_RDMA=1 (p4d, p5: EFA RDMA reads)
 ray_cluster_name = "cluster"  # names the cluster: its token in the state directory, its check reports
 ray_auth = "token"  # "token": Ray token authentication (one token per cluster); "none": no authentication
 ray_auth_token_file = None  # the operator's copy of the token; None: .rayrig/clusters/<ray_cluster_name>/ray_auth_token

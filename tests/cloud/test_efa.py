@@ -179,3 +179,21 @@ def test_the_spec_s_host_data_can_turn_ray_efa_off(
     bring_up(write_spec(data), no_ssh)
     _, workers = ec2.cluster_hosts()
     assert [w["ray_efa"] for _, w in workers] == [False, False]
+
+
+def test_a_failover_to_another_efa_type_gets_that_types_interfaces(
+    write_spec: Callable[..., Path], keys: tuple[Path, Path], no_ssh: Any, calls: Calls, inject: Any, aws: str
+) -> None:
+    """No p5 capacity: the workers launch as p4d.24xlarge, each with p4d's 4 EFA interfaces, not p5's 32."""
+    inject.fail("RunInstances", "InsufficientInstanceCapacity", when=lambda p: p["InstanceType"] == "p5.48xlarge")
+    data = base_spec(keys[0])
+    data["workers"] = [{"name": "gpu", "instance_types": ["p5.48xlarge", "p4d.24xlarge"], "count": 2}]
+    data["network"] = {"public_ips": False, "bastion": "ec2-user@bastion.example.com"}
+    bring_up(write_spec(data), no_ssh)
+
+    tried = launches(calls, "p5.48xlarge")
+    assert tried and all(len(p["NetworkInterfaces"]) == 32 for p in tried)
+    workers = launches(calls, "p4d.24xlarge")
+    assert len(workers) == 2
+    for params in workers:
+        assert len(params["NetworkInterfaces"]) == 4 and instance_tags(params)["rayrig:efa"] == "4"

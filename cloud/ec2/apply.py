@@ -319,8 +319,11 @@ def ensure_placement_group(build: Build) -> None:
 def ensure_instance_profile(build: Build) -> None:
     """The instance profile the instances get: the spec's own, or rayrig's role for ``s3_buckets`` (``iam.py``);
     instances launched before the spec asked for one get it attached."""
+    # Without the expiry: the role goes with the cluster's network at down or reap, and a tag that
+    # ``extend`` does not move would only go stale.
+    tags = {key: value for key, value in build.tags("iam").items() if key != TAG_EXPIRES}
     build.instance_profile = iam.ensure_instance_profile(
-        build.aws, build.spec, build.existing.iam, build.tags("iam"), build.ledger.add
+        build.aws, build.spec, build.existing.iam, tags, build.ledger.add
     )
     if build.instance_profile is None:
         return

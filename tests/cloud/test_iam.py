@@ -89,6 +89,7 @@ def test_the_role_allows_exactly_the_listed_buckets_and_the_instances_carry_it(
         tags = {t["Key"]: t["Value"] for t in resource["Tags"]}
         assert tags["rayrig:cluster"] == "sprint42" and tags["rayrig:created"] == "true"
         assert tags["rayrig:owner"] == "aiko@example.com" and tags["rayrig:region"] == REGION
+        assert "rayrig:expires-at" not in tags  # extend moves the instances' tag; the role has none to go stale
     launches = calls.params("RunInstances")
     assert len(launches) == 3
     assert all(p["IamInstanceProfile"] == {"Arn": profile["Arn"]} for p in launches)

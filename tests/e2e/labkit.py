@@ -190,5 +190,21 @@ BUCKET = "rayrig-e2e"  # the bucket moto's server holds for the shared-storage s
 S3_SECRET = "e2e-Secret-Key-do-not-print"
 
 
+def inventory_for_all(path: Path, changes: dict) -> Path:
+    """The lab's inventory with ``changes`` in every host's data, written to ``path``."""
+    path.write_text(
+        textwrap.dedent(
+            f"""
+            import runpy
+            lab = runpy.run_path({str(repo_root() / "inventories" / "lab.py")!r})
+            changes = {changes!r}
+            heads = [(name, {{**data, **changes}}) for name, data in lab["heads"]]
+            workers = [(name, {{**data, **changes}}) for name, data in lab["workers"]]
+            """
+        )
+    )
+    return path
+
+
 if __name__ == "__main__":  # python -m tests.e2e.labkit: the e2e tier's lab up, ahead of it (scripts/run_tests.py)
     local.up(hosts=HOSTS, name=LAB)

@@ -10,39 +10,20 @@ from __future__ import annotations
 
 import re
 import subprocess
-import textwrap
 import time
-from pathlib import Path
 
 import pytest
 
 from cloud import ssh as remote
 from cloud.lab.state import LAB_IMAGE_REPO, lab_image_tag
-from deploy.paths import repo_root
 from images import RAY_VERSION
-from tests.e2e.labkit import ANSI, CLUSTER_STATE, HOSTS, Lab, deploy
+from tests.e2e.labkit import ANSI, CLUSTER_STATE, HOSTS, Lab, deploy, inventory_for_all
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 ROLLED_TAG = f"{LAB_IMAGE_REPO}:{RAY_VERSION}-rolled"
 BACK_WITHIN_S = 120
 POLL_S = 30  # one look at the cluster, at most
-
-
-def inventory_for_all(path: Path, changes: dict) -> Path:
-    """The lab's inventory with ``changes`` in every host's data, written to ``path``."""
-    path.write_text(
-        textwrap.dedent(
-            f"""
-            import runpy
-            lab = runpy.run_path({str(repo_root() / "inventories" / "lab.py")!r})
-            changes = {changes!r}
-            heads = [(name, {{**data, **changes}}) for name, data in lab["heads"]]
-            workers = [(name, {{**data, **changes}}) for name, data in lab["workers"]]
-            """
-        )
-    )
-    return path
 
 
 def images(lab: Lab) -> dict[str, str]:

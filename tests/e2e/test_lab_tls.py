@@ -26,7 +26,16 @@ import pytest
 from cloud import ssh as remote
 from deploy import auth, ray_node, settings, tls
 from deploy.paths import repo_root
-from tests.e2e.labkit import HOSTS, LAB, Lab, changed_operations, cluster_state, deploy, ray_ports
+from tests.e2e.labkit import (
+    HOSTS,
+    LAB,
+    Lab,
+    changed_operations,
+    cluster_state,
+    deploy,
+    inventory_for_all,
+    ray_ports,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -105,22 +114,6 @@ PROBE = textwrap.dedent(
 
 #: Every deploy's output in this module, searched for key text at the end.
 OUTPUTS: list[str] = []
-
-
-def inventory_for_all(path: Path, changes: dict) -> Path:
-    """The lab's inventory with ``changes`` in every host's data, written to ``path``."""
-    path.write_text(
-        textwrap.dedent(
-            f"""
-            import runpy
-            lab = runpy.run_path({str(repo_root() / "inventories" / "lab.py")!r})
-            changes = {changes!r}
-            heads = [(name, {{**data, **changes}}) for name, data in lab["heads"]]
-            workers = [(name, {{**data, **changes}}) for name, data in lab["workers"]]
-            """
-        )
-    )
-    return path
 
 
 def run_deploy(inventory: str | Path, *extra: str) -> str:

@@ -13,7 +13,7 @@ import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from deploy.paths import repo_root
@@ -76,3 +76,25 @@ def run_pyinfra(inventory: str | Path, deploy_file: str = DEPLOY_FILE, extra: Se
                 EXIT_NO_HOSTS,
             )
     return status
+
+
+def deploy_rotation(inventory: str, pyinfra_args: Sequence[str], rotation_env: str, *, kept: str,
+                    undo: Callable[[], None], end: Callable[[], None], failure: Callable[[int], str],
+                    done: str) -> int:  # fmt: skip
+    """Run the deploy of a rotation (a new token, a new CA) with ``rotation_env`` set; return the exit status.
+
+    A ``--dry`` run ``undo``es the rotation, so the local ``kept`` (token, CA) is as it was; a failed deploy
+    prints ``failure(status)`` (where the cluster stands) and returns 1; a finished one ``end``s the rotation
+    and prints ``done``.
+    """
+    status = run_pyinfra(inventory, extra=pyinfra_args, env={rotation_env: "1"})
+    if status == 0 and "--dry" in pyinfra_args:
+        undo()
+        print(f"==> Dry run: no node was changed, and the local {kept} is as it was before.")
+        return 0
+    if status != 0:
+        print(failure(status), file=sys.stderr)
+        return 1
+    end()
+    print(done)
+    return 0

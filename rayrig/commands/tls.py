@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import shlex
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +24,7 @@ from cryptography import x509
 from deploy import tls
 from rayrig.errors import RayrigError, UsageError
 from rayrig.inventory import OperateError, load_inventory
-from rayrig.run import run_pyinfra
+from rayrig.run import deploy_rotation
 
 #: pyinfra arguments that would leave some hosts on the previous CA.
 PARTIAL_RUN = ("--limit", "--exclude")
@@ -63,21 +62,18 @@ def _cmd_rotate(args: argparse.Namespace) -> int:
         raise RayrigError(str(error)) from None
     cluster = settings["ray_cluster_name"]
     print(start_message(cluster, rotation), flush=True)
-    status = run_pyinfra(args.inventory, extra=args.pyinfra_args, env={tls.ROTATION_ENV: "1"})
-    if status == 0 and "--dry" in args.pyinfra_args:
-        tls.undo_rotation(rotation)
-        print("==> Dry run: no node was changed, and the local CA is as it was before.")
-        return 0
-    if status != 0:
-        print(failure_message(args.inventory, rotation, status), file=sys.stderr)
-        return 1
-    tls.end_rotation(rotation)
-    print(
-        f"==> Every node of cluster {cluster!r} runs a certificate of the new CA ({rotation.folder / 'ca.crt'}); "
+    return deploy_rotation(
+        args.inventory,
+        args.pyinfra_args,
+        tls.ROTATION_ENV,
+        kept="CA",
+        undo=lambda: tls.undo_rotation(rotation),
+        end=lambda: tls.end_rotation(rotation),
+        failure=lambda status: failure_message(args.inventory, rotation, status),
+        done=f"==> Every node of cluster {cluster!r} runs a certificate of the new CA ({rotation.folder / 'ca.crt'}); "
         "the previous CA and the certificates it signed are deleted, and the nodes refuse them. Issue new client "
-        f"certificates with `rayrig tls client-cert {shlex.quote(args.inventory)} NAME`."
+        f"certificates with `rayrig tls client-cert {shlex.quote(args.inventory)} NAME`.",
     )
-    return 0
 
 
 def start_message(cluster: str, rotation: tls.Rotation) -> str:

@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import argparse
 import shlex
-import sys
 from typing import Any
 
 from deploy import auth
 from deploy.cluster_token import ROTATION_ENV
 from rayrig.errors import UsageError
 from rayrig.inventory import OperateError, load_inventory
-from rayrig.run import run_pyinfra
+from rayrig.run import deploy_rotation
 
 #: pyinfra arguments that would leave some hosts on the previous token.
 PARTIAL_RUN = ("--limit", "--exclude")
@@ -59,20 +58,17 @@ def _cmd_rotate(args: argparse.Namespace) -> int:
     rotation = auth.begin_rotation(settings)
     cluster = settings["ray_cluster_name"]
     print(start_message(cluster, rotation), flush=True)
-    status = run_pyinfra(args.inventory, extra=args.pyinfra_args, env={ROTATION_ENV: "1"})
-    if status == 0 and "--dry" in args.pyinfra_args:
-        auth.undo_rotation(rotation)
-        print("==> Dry run: no node was changed, and the local token is as it was before.")
-        return 0
-    if status != 0:
-        print(failure_message(args.inventory, rotation, status), file=sys.stderr)
-        return 1
-    auth.end_rotation(rotation)
-    print(
-        f"==> Every node of cluster {cluster!r} runs the new token ({rotation.token}); the previous one is "
-        "deleted, and Ray refuses it. Give the new file to every client that needs the cluster."
+    return deploy_rotation(
+        args.inventory,
+        args.pyinfra_args,
+        ROTATION_ENV,
+        kept="token",
+        undo=lambda: auth.undo_rotation(rotation),
+        end=lambda: auth.end_rotation(rotation),
+        failure=lambda status: failure_message(args.inventory, rotation, status),
+        done=f"==> Every node of cluster {cluster!r} runs the new token ({rotation.token}); the previous one is "
+        "deleted, and Ray refuses it. Give the new file to every client that needs the cluster.",
     )
-    return 0
 
 
 def start_message(cluster: str, rotation: auth.Rotation) -> str:

@@ -8,8 +8,8 @@ import stat
 import pytest
 
 from deploy import settings, tls
+from rayrig import run
 from rayrig.cli import main
-from rayrig.commands import tls as tls_cmd
 from rayrig.errors import explain
 
 FAKE = "tests/plan/fake_inventory.py"  # a head and two workers, cluster "cluster"
@@ -62,7 +62,7 @@ def deploys(monkeypatch):
         calls.seen[-1]["node"] = tls.ensure_node_certificate(merged, "@fake/head", SANS)
         return calls.status
 
-    monkeypatch.setattr(tls_cmd, "run_pyinfra", fake_run_pyinfra)
+    monkeypatch.setattr(run, "run_pyinfra", fake_run_pyinfra)
     return calls
 
 

@@ -6,8 +6,8 @@ import pytest
 
 from deploy import auth, settings
 from deploy.cluster_token import ROTATION_ENV
+from rayrig import run
 from rayrig.cli import main
-from rayrig.commands import token as token_cmd
 
 FAKE = "tests/plan/fake_inventory.py"  # a head and two workers, cluster "cluster", token authentication
 
@@ -37,7 +37,7 @@ def deploys(monkeypatch):
         calls.append((inventory, list(extra), env))
         return calls.status
 
-    monkeypatch.setattr(token_cmd, "run_pyinfra", fake_run_pyinfra)
+    monkeypatch.setattr(run, "run_pyinfra", fake_run_pyinfra)
     return calls
 
 

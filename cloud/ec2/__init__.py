@@ -39,7 +39,8 @@ the expired ones (what their instances, which end themselves, leave behind).
 ``inventories/ec2.py`` turns a cluster's instances into pyinfra hosts
 (``cluster_hosts``).
 
-The modules, in the order a run of ``up`` meets them: ``spec`` (the file),
+The modules, in the order a run of ``up`` meets them: ``spec`` (the file, with
+``spec_schema``, ``spec_zones`` and ``spec_s3``),
 ``aws`` (clients, errors, tags), ``ami`` (the AMI and instance types),
 ``rules`` (the security group), ``iam`` (the instance profile), ``pricing``
 (rates from AWS; ``prices``, the offline table), ``plan`` (discover and plan),

@@ -38,7 +38,8 @@ from cloud.ec2.aws import (
 )
 from cloud.ec2.plan import Existing, Plan, resource_name
 from cloud.ec2.rules import Rule, desired_rules, exposed_ray_ports, rules_of
-from cloud.ec2.spec import ClusterSpec, GroupSpec, subnet_blocks
+from cloud.ec2.spec import ClusterSpec, GroupSpec
+from cloud.ec2.spec_zones import subnet_blocks
 from cloud.ec2.teardown import Resources
 from cloud.ec2.waits import settled, wait_instances, wait_vpc_available
 

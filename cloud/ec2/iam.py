@@ -32,7 +32,8 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from cloud.ec2.aws import TAG_CLUSTER, TAG_CREATED, Aws, CloudError, aws_step, error_code, is_gone, tags_of
-from cloud.ec2.spec import ClusterSpec, S3Bucket
+from cloud.ec2.spec import ClusterSpec
+from cloud.ec2.spec_s3 import S3Bucket
 
 #: IAM resources are global: this tag says which region's cluster they serve.
 TAG_REGION = "rayrig:region"

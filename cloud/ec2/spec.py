@@ -1,4 +1,5 @@
-"""The cluster spec of an EC2 sprint cluster: a TOML file, validated and loaded (the schema: spec_schema.py).
+"""The cluster spec of an EC2 sprint cluster: a TOML file, validated and loaded (the schema: spec_schema.py;
+its zones: spec_zones.py; its S3 buckets and the mounts they must cover: spec_s3.py).
 
 ``load_spec(path)`` reads and validates a spec completely (schema, then the
 rules that span keys, then the host data against ``deploy/schema.py``) before
@@ -74,7 +75,9 @@ try:  # Python 3.11+
 except ModuleNotFoundError:  # pragma: no cover - Python 3.10 needs the tomli backport
     import tomli as tomllib  # type: ignore[no-redef]
 
+from cloud.ec2.spec_s3 import S3Bucket, parse_buckets, s3_mount_problems
 from cloud.ec2.spec_schema import SCHEMA, TTL_PATTERN
+from cloud.ec2.spec_zones import parse_zones
 from deploy.admin_networks import narrow_expected, too_wide
 from deploy.schema import StrictValidator, redact, validate_host
 
@@ -137,14 +140,6 @@ class GroupSpec:
     def preferences(self) -> tuple[str, ...]:
         """The instance types to try, the preferred first (``instance_type`` alone when no list was given)."""
         return self.instance_types or (self.instance_type,)
-
-
-@dataclass(frozen=True)
-class S3Bucket:
-    """A bucket the cluster's instance role may read (``s3_buckets``), and write when ``write``."""
-
-    name: str
-    write: bool = False
 
 
 @dataclass(frozen=True)
@@ -329,7 +324,7 @@ def parse_spec(data: Mapping[str, Any], path: Path) -> ClusterSpec:
 
     # --- instance profile ---
     iam_profile = data.get("iam_instance_profile")
-    buckets = _s3_buckets(data.get("s3_buckets", []), where)
+    buckets = parse_buckets(data.get("s3_buckets", []), where)
     if iam_profile is not None and buckets:
         where(
             "iam_instance_profile",
@@ -339,7 +334,7 @@ def parse_spec(data: Mapping[str, Any], path: Path) -> ClusterSpec:
     if not problems:
         groups = [("host_data", {}), ("head.host_data", head.host_data)]
         groups += [(f"workers[{i}].host_data", w.host_data) for i, w in enumerate(workers)]
-        problems += _s3_mount_problems(source, host_data, groups, iam_profile, buckets)
+        problems += s3_mount_problems(source, host_data, groups, iam_profile, buckets)
 
     if problems:
         raise SpecError(source, problems)
@@ -363,94 +358,6 @@ def parse_spec(data: Mapping[str, Any], path: Path) -> ClusterSpec:
         iam_instance_profile=iam_profile,
         s3_buckets=buckets,
     )
-
-
-#: What S3's bucket naming rules forbid at a name's start and end (AWS's "General purpose bucket naming rules").
-_BUCKET_PREFIXES = ("xn--", "sthree-", "amzn-s3-demo-")
-_BUCKET_SUFFIXES = ("-s3alias", "--ol-s3", ".mrap", "--x-s3", "--table-s3")
-
-
-def bucket_name_problem(name: str) -> str | None:
-    """What is wrong with ``name`` as a general purpose S3 bucket name (what is expected instead), or None.
-
-    >>> bucket_name_problem("data..sets")
-    'a bucket name without two adjacent dots'
-    """
-    if not re.fullmatch(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]", name):
-        return (
-            "a bucket name: 3-63 lower-case letters, digits, dots and hyphens, "
-            "starting and ending with a letter or digit"
-        )
-    if ".." in name:
-        return "a bucket name without two adjacent dots"
-    if re.fullmatch(r"[0-9]{1,3}(\.[0-9]{1,3}){3}", name):
-        return "a bucket name that is not formatted as an IP address"
-    if name.startswith(_BUCKET_PREFIXES) or name.endswith(_BUCKET_SUFFIXES):
-        return (
-            f"a bucket name without the prefixes {', '.join(_BUCKET_PREFIXES)} "
-            f"and the suffixes {', '.join(_BUCKET_SUFFIXES)}"
-        )
-    return None
-
-
-def _s3_buckets(items: list[Any], where: Any) -> tuple[S3Bucket, ...]:
-    """``s3_buckets`` as ``S3Bucket``s: each name valid and listed once."""
-    buckets: list[S3Bucket] = []
-    for i, item in enumerate(items):
-        bucket = S3Bucket(item) if isinstance(item, str) else S3Bucket(item["name"], bool(item.get("write", False)))
-        problem = bucket_name_problem(bucket.name)
-        if problem:
-            where(f"s3_buckets[{i}]", bucket.name, problem)
-        elif any(b.name == bucket.name for b in buckets):
-            where(f"s3_buckets[{i}]", bucket.name, "each bucket listed once (write = true where it may be written)")
-        else:
-            buckets.append(bucket)
-    return tuple(buckets)
-
-
-def _s3_mount_problems(
-    source: str,
-    shared: Mapping[str, Any],
-    groups: list[tuple[str, Mapping[str, Any]]],
-    iam_profile: str | None,
-    buckets: tuple[S3Bucket, ...],
-) -> list[str]:
-    """S3 mounts that would use the instance profile (no ``storage_s3_credentials``, no ``endpoint_url``)
-    must have one: ``s3_buckets`` listing the bucket (with write for a writable mount) or ``iam_instance_profile``."""
-    if iam_profile is not None:
-        return []  # what an existing profile allows is its owner's business
-    allowed = {b.name: b for b in buckets}
-    problems: list[str] = []
-    for key, data in groups:
-        merged = {**shared, **data}
-        if merged.get("storage_s3_credentials") is not None:
-            continue
-        where = key if "storage_s3_mounts" in data else "host_data"
-        for index, mount in enumerate(merged.get("storage_s3_mounts") or []):
-            if not isinstance(mount, Mapping) or mount.get("endpoint_url") or "bucket" not in mount:
-                continue
-            bucket, label = mount["bucket"], f"{source}: {where}.storage_s3_mounts[{index}]"
-            if not buckets:
-                expected = (
-                    f"an instance profile to read bucket {bucket!r} with (storage_s3_credentials is unset): "
-                    f's3_buckets = ["{bucket}"] (rayrig creates the role), iam_instance_profile, '
-                    "or storage_s3_credentials in the host data"
-                )
-            elif bucket not in allowed:
-                expected = (
-                    f"bucket {bucket!r} listed in s3_buckets (the instance role reaches only the buckets listed there)"
-                )
-            elif not mount.get("read_only") and not allowed[bucket].write:
-                expected = (
-                    f"write = true for bucket {bucket!r} in s3_buckets (the mount is writable), "
-                    'or "read_only": true on the mount'
-                )
-            else:
-                continue
-            line = f"{label} = bucket {bucket!r}: expected {expected}"
-            if line not in problems:
-                problems.append(line)
-    return problems
 
 
 _HOME_PROBLEM = "a path whose ~ names your home or an existing user's (that user's home is unknown here)"
@@ -512,7 +419,7 @@ def _network(data: Mapping[str, Any], region: str, base: Path, where: Any) -> Ne
     subnet_net = _ipv4_net(subnet_cidr, 16, 28)
     if subnet_net is None or (vpc_net is not None and not subnet_net.subnet_of(vpc_net)):
         where("network.subnet_cidr", subnet_cidr, f"an IPv4 CIDR (/16 to /28) inside vpc_cidr {vpc_cidr}")
-    zones = _zones(data, region, vpc_net, subnet_net, where)
+    zones = parse_zones(data, region, vpc_net, subnet_net, where)
     public_ips = data.get("public_ips", True)
     bastion = data.get("bastion")
     if not public_ips and bastion is None and subnet_id is None:
@@ -536,55 +443,6 @@ def _network(data: Mapping[str, Any], region: str, base: Path, where: Any) -> Ne
         bastion_ssh_key=bastion_key,
         internet_egress=data.get("internet_egress", True),
     )
-
-
-def _zones(
-    data: Mapping[str, Any],
-    region: str,
-    vpc_net: ipaddress.IPv4Network | None,
-    subnet_net: ipaddress.IPv4Network | None,
-    where: Any,
-) -> tuple[str, ...]:
-    """The zones of ``network.availability_zones`` (or the one of ``availability_zone``): in ``region``, each
-    once, and room in the VPC for one subnet of ``subnet_cidr``'s size per zone."""
-    if "availability_zone" in data and "availability_zones" in data:
-        where(
-            "network.availability_zone",
-            data["availability_zone"],
-            "no value next to network.availability_zones (a list of one zone is the same)",
-        )
-    key = "availability_zones" if "availability_zones" in data else "availability_zone"
-    given = data.get(key)
-    zones = (given,) if isinstance(given, str) else tuple(given or ())
-    for i, zone in enumerate(zones):
-        if zone[:-1] != region:
-            label = f"network.{key}[{i}]" if key == "availability_zones" else f"network.{key}"
-            where(label, zone, f"an availability zone of region {region}, such as '{region}a'")
-    twice = sorted({zone for zone in zones if zones.count(zone) > 1})
-    if twice:
-        where(f"network.{key}", list(zones), f"each zone once ({', '.join(twice)} listed more than once)")
-    if vpc_net is not None and subnet_net is not None and subnet_net.subnet_of(vpc_net):
-        room = len(subnet_blocks(vpc_net, subnet_net))
-        if len(set(zones)) > room:
-            where(
-                "network.subnet_cidr",
-                str(subnet_net),
-                f"room in vpc_cidr {vpc_net} for one subnet of this size per availability zone "
-                f"({len(set(zones))} zones; a /{subnet_net.prefixlen} leaves room for {room})",
-            )
-    return zones
-
-
-def subnet_blocks(vpc_net: ipaddress.IPv4Network, subnet_net: ipaddress.IPv4Network) -> list[ipaddress.IPv4Network]:
-    """The subnets of ``subnet_net``'s size in ``vpc_net``, ``subnet_net`` first, then the ones after it, then
-    the ones before it: where the subnets of a cluster's zones go, each in the first block no subnet holds.
-
-    >>> [str(n) for n in subnet_blocks(ipaddress.ip_network("10.0.0.0/22"), ipaddress.ip_network("10.0.1.0/24"))]
-    ['10.0.1.0/24', '10.0.2.0/24', '10.0.3.0/24', '10.0.0.0/24']
-    """
-    blocks = list(vpc_net.subnets(new_prefix=subnet_net.prefixlen))
-    first = blocks.index(subnet_net)
-    return blocks[first:] + blocks[:first]
 
 
 def _ipv4_net(text: str, shortest: int, longest: int) -> ipaddress.IPv4Network | None:

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import boto3
+import botocore.endpoint
 import botocore.loaders
 import botocore.session
 import pytest
@@ -39,6 +40,7 @@ from moto.server import ThreadedMotoServer
 
 from cloud.ec2 import aws as ec2_aws
 from cloud.ec2 import waits
+from cloud.ec2.spec import SpecError, load_spec
 from rayrig.cli import main
 from tests.cloud import pricing_api as pricing
 
@@ -465,3 +467,36 @@ def raw_client(service: str, url: str) -> Any:
     core = botocore.session.get_session()
     core.register_component("data_loader", _shared_loader())
     return boto3.session.Session(botocore_session=core, region_name=REGION).client(service, endpoint_url=url)
+
+
+@pytest.fixture
+def no_aws(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Record any attempt to make a session or send a request (there must be none)."""
+    attempts: list[str] = []
+
+    def no_session(region: str | None) -> Any:
+        attempts.append(f"session {region}")
+        raise AssertionError("a bad spec must not open an AWS session")
+
+    def no_send(self: Any, request: Any) -> Any:
+        attempts.append(f"request {request.url}")
+        raise AssertionError("a bad spec must not send an AWS request")
+
+    monkeypatch.setattr(ec2_aws, "aws_session", no_session)
+    monkeypatch.setattr(botocore.endpoint.Endpoint, "_send", no_send)
+    return attempts
+
+
+def assert_refused_before_any_aws_call(path: Path, fragments: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """The spec at ``path`` is refused naming it and each of ``fragments``, and so is ``rayrig cloud up`` of it
+    (exit 2) before it contacts AWS (with the ``no_aws`` fixture, any attempt fails the test)."""
+    with pytest.raises(SpecError) as caught:
+        load_spec(path)
+    message = str(caught.value)
+    assert str(path) in message
+    for fragment in fragments:
+        assert fragment in message, f"{fragment!r} not in:\n{message}"
+
+    assert run_cli("cloud", "up", str(path), "--yes") == 2
+    err = capsys.readouterr().err
+    assert str(path) in err and fragments[0] in err and "AWS was not contacted" in err

@@ -11,32 +11,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import botocore.endpoint
 import pytest
 
-from cloud.ec2 import aws as ec2_aws
-from cloud.ec2.spec import SpecError, load_spec
-from tests.cloud.conftest import base_spec, run_cli
+from cloud.ec2.spec import load_spec
+from tests.cloud.conftest import assert_refused_before_any_aws_call, base_spec
 
 pytestmark = pytest.mark.cloud
-
-
-@pytest.fixture
-def no_aws(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Record any attempt to make a session or send a request (there must be none)."""
-    attempts: list[str] = []
-
-    def no_session(region: str | None) -> Any:
-        attempts.append(f"session {region}")
-        raise AssertionError("a bad spec must not open an AWS session")
-
-    def no_send(self: Any, request: Any) -> Any:
-        attempts.append(f"request {request.url}")
-        raise AssertionError("a bad spec must not send an AWS request")
-
-    monkeypatch.setattr(ec2_aws, "aws_session", no_session)
-    monkeypatch.setattr(botocore.endpoint.Endpoint, "_send", no_send)
-    return attempts
 
 
 def test_zones_and_types_load_in_their_order(keys: tuple[Path, Path], write_spec: Callable[..., Path]) -> None:
@@ -208,16 +188,5 @@ def test_a_bad_failover_key_is_refused_before_any_aws_call(
 ) -> None:
     data = base_spec(keys[0])
     mutate(data)
-    path = write_spec(data)
-
-    with pytest.raises(SpecError) as caught:
-        load_spec(path)
-    message = str(caught.value)
-    assert str(path) in message
-    for fragment in fragments:
-        assert fragment in message, f"{fragment!r} not in:\n{message}"
-
-    assert run_cli("cloud", "up", str(path), "--yes") == 2
-    err = capsys.readouterr().err
-    assert fragments[0] in err and "AWS was not contacted" in err
+    assert_refused_before_any_aws_call(write_spec(data), fragments, capsys)
     assert no_aws == []

@@ -5,7 +5,8 @@
 #
 # PURPOSE is what the programs are for (make's targets call it; .ci/run calls it for all three):
 #   venv   python3's venv with pip (Debian and Ubuntu ship it apart: python3-venv)
-#   lab    the local lab: docker (docker.io), ssh and ssh-keygen (openssh-client), and, when root,
+#   lab    the local lab: a Docker engine and its client (docker.io), ssh and ssh-keygen
+#          (openssh-client), and, when root,
 #          debootstrap (the lab's Debian image when no registry serves debian:bookworm; it runs as
 #          root only, so a user who is not root is not asked to install it)
 #   test   the lab's, make, and when root nft (nftables: the firewall tests check the rendered
@@ -34,11 +35,27 @@ uid="${RAYRIG_TOOLS_UID:-$(id -u)}"
 missing=()   # "program package" pairs
 packages=()
 
-need() {  # need PROGRAM PACKAGE: note PROGRAM and PACKAGE (once each) when PROGRAM is not on PATH
-    if ! command -v "$1" >/dev/null 2>&1; then
-        case " ${missing[*]-} " in *" $1 "*) ;; *) missing+=("$1") ;; esac
-        case " ${packages[*]-} " in *" $2 "*) ;; *) packages+=("$2") ;; esac
+lacks() {  # lacks WHAT PACKAGE: note WHAT and PACKAGE, once each
+    case " ${missing[*]-} " in *" $1 "*) ;; *) missing+=("$1") ;; esac
+    case " ${packages[*]-} " in *" $2 "*) ;; *) packages+=("$2") ;; esac
+}
+
+need() {  # need PROGRAM PACKAGE: PROGRAM must be on PATH
+    command -v "$1" >/dev/null 2>&1 || lacks "$1" "$2"
+}
+
+# The Docker *engine*, not the client: many machines ship a `docker` client alone (no dockerd, no
+# socket), and a client on PATH says nothing about an engine. There is one when dockerd is on PATH
+# (ensure-docker.sh starts it) or when a daemon already answers (a remote DOCKER_HOST, Docker
+# Desktop, a rootless engine started elsewhere).
+need_docker_engine() {
+    if command -v dockerd >/dev/null 2>&1; then
+        return
     fi
+    if command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; then
+        return
+    fi
+    lacks "a Docker engine (dockerd)" docker.io
 }
 
 needs_venv() {  # python3 -m venv works only with ensurepip, which Debian and Ubuntu ship in python3-venv
@@ -49,6 +66,7 @@ needs_venv() {  # python3 -m venv works only with ensurepip, which Debian and Ub
 }
 
 lab_tools() {
+    need_docker_engine
     need docker docker.io
     need ssh openssh-client
     need ssh-keygen openssh-client

@@ -17,16 +17,22 @@ from deploy.paths import repo_root
 
 SCRIPT = repo_root() / "scripts" / "ensure-lab-tools.sh"
 BASH = shutil.which("bash") or "/bin/bash"
-EVERYTHING = ("docker", "ssh", "ssh-keygen", "debootstrap", "nft", "s3fs", "promtool", "prometheus", "make", "apt-get")
+EVERYTHING = ("docker", "dockerd", "ssh", "ssh-keygen", "debootstrap", "nft", "s3fs", "promtool", "prometheus", "make", "apt-get")
 
 
-def machine(tmp_path: Path, programs: tuple[str, ...], venv: bool = True) -> Path:
-    """A folder of stub programs: those named, and python3 whose venv works or not."""
+def machine(tmp_path: Path, programs: tuple[str, ...], venv: bool = True, daemon: bool = False) -> Path:
+    """A folder of stub programs: those named, and python3 whose venv works or not.
+
+    A ``docker`` stub is a client alone: ``docker info`` fails, as it does where no daemon answers,
+    unless ``daemon`` says one does.
+    """
     folder = tmp_path / "bin"
     folder.mkdir()
     for program in programs:
         (folder / program).write_text("#!/bin/sh\nexit 0\n")
         (folder / program).chmod(0o755)
+    if "docker" in programs and not daemon:
+        (folder / "docker").write_text('#!/bin/sh\n[ "$1" = info ] && exit 1\nexit 0\n')
     (folder / "python3").write_text(f"#!/bin/sh\nexit {0 if venv else 1}\n")
     (folder / "python3").chmod(0o755)
     return folder
@@ -71,7 +77,8 @@ def test_a_user_who_is_not_root_is_told_the_exact_command_and_make_stops(tmp_pat
     result = dry_run(machine(tmp_path, ("apt-get", "make"), venv=False), 1000, "venv", "test")
     assert result.returncode == 1 and result.stdout == ""
     assert result.stderr.splitlines() == [
-        "rayrig needs programs this machine lacks (for venv test): python3's venv, docker, ssh, ssh-keygen",
+        "rayrig needs programs this machine lacks (for venv test): python3's venv, a Docker engine (dockerd), "
+        "docker, ssh, ssh-keygen",
         "  install them:  sudo apt-get install -y python3-venv docker.io openssh-client",
         "  then run make again",
     ]  # debootstrap, nft, s3fs and prometheus are asked of root only
@@ -80,8 +87,32 @@ def test_a_user_who_is_not_root_is_told_the_exact_command_and_make_stops(tmp_pat
 def test_without_apt_the_programs_are_named(tmp_path):
     result = dry_run(machine(tmp_path, ("ssh", "ssh-keygen", "debootstrap")), 0, "lab")
     assert result.returncode == 1
-    assert "lacks (for lab): docker" in result.stderr
+    assert "lacks (for lab): a Docker engine (dockerd), docker" in result.stderr
     assert "with your system's packages (on Debian or Ubuntu: docker.io)" in result.stderr
+
+
+def test_a_docker_client_alone_is_no_engine_and_gets_docker_io(tmp_path):
+    """Machines that ship a Docker client and no engine (no dockerd, no socket) are the usual case."""
+    everything_but_the_engine = tuple(p for p in EVERYTHING if p != "dockerd")
+    result = dry_run(machine(tmp_path, everything_but_the_engine), 0, "venv", "test")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1] == "would run: apt-get update && apt-get install -y docker.io"
+
+
+def test_a_user_with_a_docker_client_alone_is_told_to_install_the_engine(tmp_path):
+    result = dry_run(machine(tmp_path, ("apt-get", "make", "docker", "ssh", "ssh-keygen")), 1000, "lab")
+    assert result.returncode == 1
+    assert result.stderr.splitlines()[:2] == [
+        "rayrig needs programs this machine lacks (for lab): a Docker engine (dockerd)",
+        "  install them:  sudo apt-get install -y docker.io",
+    ]
+
+
+def test_an_engine_that_answers_without_dockerd_on_path_is_enough(tmp_path):
+    """A daemon that answers (a remote DOCKER_HOST, a rootless engine started elsewhere) is an engine."""
+    programs = tuple(p for p in EVERYTHING if p != "dockerd")
+    result = dry_run(machine(tmp_path, programs, daemon=True), 0, "venv", "lab", "test")
+    assert (result.returncode, result.stdout, result.stderr) == (0, "", "")
 
 
 def test_a_purpose_it_does_not_know_is_a_usage_error(tmp_path):

@@ -1,4 +1,8 @@
-"""Shared pytest set-up: instant fake hosts, and a per-tier timing summary."""
+"""Shared pytest set-up: instant fake hosts, and a per-tier timing summary when one pytest runs several tiers.
+
+``make test`` (scripts/run_tests.py) runs one pytest per tier and prints its own table of the tiers;
+this one is for a ``pytest tests/`` that spans tiers, so that the table is printed once either way.
+"""
 
 from __future__ import annotations
 
@@ -24,7 +28,7 @@ def pytest_runtest_logreport(report):
 
 
 def pytest_terminal_summary(terminalreporter):
-    if not _TIER_SECONDS:
+    if len(_TIER_SECONDS) < 2:  # one tier: scripts/run_tests.py's table says it
         return
     terminalreporter.section("time per tier")
     for tier in sorted(_TIER_SECONDS):

@@ -17,7 +17,9 @@ from deploy.paths import repo_root
 
 SCRIPT = repo_root() / "scripts" / "ensure-lab-tools.sh"
 BASH = shutil.which("bash") or "/bin/bash"
-EVERYTHING = ("docker", "dockerd", "ssh", "ssh-keygen", "debootstrap", "nft", "s3fs", "promtool", "prometheus", "make", "apt-get")
+EVERYTHING = (
+    "docker", "dockerd", "ssh", "ssh-keygen", "debootstrap", "nft", "s3fs", "promtool", "prometheus", "make", "apt-get"
+)  # fmt: skip
 
 
 def machine(tmp_path: Path, programs: tuple[str, ...], venv: bool = True, daemon: bool = False) -> Path:

@@ -5,18 +5,32 @@ PY := $(VENV)/bin/python
 # A CPU build of torch for the tests and the lab image (the default PyPI build is CUDA, several GB).
 TORCH ?= torch==2.13.0
 PYTEST_ARGS ?=
+# Every Python package the venv gets, pinned: refreshed on purpose with `make lock`, never by hand.
+LOCK := requirements.lock
 
-.PHONY: demo test test-fast lint venv tools demo-tools test-tools docker lab-up lab-down clean
+.PHONY: demo test test-fast lint venv lock tools demo-tools test-tools docker lab-up lab-down clean
 
 # Debian and Ubuntu ship python3's venv apart (python3-venv): installed, or named, before it is used.
-$(VENV)/.installed: pyproject.toml
+# The lock's versions exactly (scripts/lock.py check fails on any other), rayrig editable, and TORCH.
+$(VENV)/.installed: pyproject.toml $(LOCK)
 	@scripts/ensure-lab-tools.sh venv
 	python3 -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test]' '$(TORCH)'
+	$(PY) -m pip install --quiet "$$(grep '^pip==' $(LOCK))"
+	$(PY) -m pip install --quiet -c $(LOCK) -r $(LOCK) -e '.[test]' '$(TORCH)'
+	$(PY) scripts/lock.py check $(LOCK)
 	touch $@
 
 venv: $(VENV)/.installed
+
+# A fresh resolution of pyproject.toml's ranges, written to the lock: review its diff, then commit it.
+lock:
+	@scripts/ensure-lab-tools.sh venv
+	rm -rf .venv-lock
+	python3 -m venv .venv-lock
+	.venv-lock/bin/python -m pip install --quiet --upgrade pip
+	.venv-lock/bin/python -m pip install --quiet -e '.[test]' '$(TORCH)'
+	.venv-lock/bin/python scripts/lock.py write $(LOCK)
+	rm -rf .venv-lock
 
 # The lab's programs (Docker, ssh, debootstrap as root); test-tools adds the tests' own. demo-tools
 # and test-tools also ask for python3's venv, so that one message (or one apt-get) covers them all.
@@ -52,4 +66,4 @@ lab-down: venv
 	$(PY) -m rayrig lab down
 
 clean: lab-down
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) .venv-lock .pytest_cache .ruff_cache

@@ -1,25 +1,44 @@
-"""The lab every end-to-end scenario shares, its first deploy, and the order the scenarios run in.
+"""The lab every end-to-end scenario shares, its first deploy, and the baseline each module starts from.
 
-One lab for the whole tier: it comes up once, the first deploy runs once, and
-each scenario module leaves the cluster alive for the next. The modules run in
-``MODULE_ORDER``, bring-up first and teardown last (which checks that nothing
-is left); the lab fixture tears down too when a test fails.
+One lab for the whole tier: it comes up once and the first deploy runs once. A module states the
+cluster it needs with the ``baseline`` fixture: the lab's 3 hosts deployed from
+``inventories/lab.py``, every node alive. The fixture deploys only when the lab differs from that
+(a host's ray-node configuration hash or image, rayrig's firewall table, the node exporter), so any
+module passes alone on a fresh lab and the tier passes in any order.
+
+The modules run in ``MODULE_ORDER``, which only saves deploys (each module says why it sits where
+it does); ``RAYRIG_E2E_ORDER=reverse`` runs them the other way round. ``test_lab_down`` runs last
+either way: it takes the lab down and checks that nothing is left.
 """
 
 from __future__ import annotations
 
 import datetime
+import os
 import socket
 import time
 
 import pytest
 
 from cloud import lab as local
-from tests.e2e.labkit import BUCKET, HOSTS, LAB, S3_SECRET, Lab, deploy
+from tests.e2e.labkit import (
+    BUCKET,
+    HOSTS,
+    LAB,
+    LAB_INVENTORY,
+    S3_SECRET,
+    Lab,
+    baseline_signature,
+    deploy,
+    wait_for_alive,
+)
 
 #: Scenario modules in the order they run; a module not listed runs after the listed ones but before teardown.
+#: The order saves deploys, nothing else: each module starts from the baseline fixture.
 MODULE_ORDER = (
-    "test_lab_cluster",  # bring-up, security, storage, boot order
+    "test_fresh_machine",  # no lab: a fresh machine's first make step
+    "test_image_layers",  # no lab: the image layers with real Docker
+    "test_lab_cluster",  # bring-up, security, storage, boot order (reads the first deploy's output)
     "test_lab_checks",  # the checks on a sick cluster: a starved worker, a paused one
     "test_lab_operate",  # day to day: status (and a stopped worker), exec on every host, a host's logs
     "test_lab_submit",  # a job from this machine through the head's tunnel; Ray's CLI with the export lines
@@ -30,19 +49,26 @@ MODULE_ORDER = (
     "test_lab_tls",  # Ray TLS with the cluster's CA: on, clients refused and admitted, off again
     "test_lab_rolling",  # rolling changes and head failure
     "test_lab_membership",  # grow and shrink
-    "test_lab_monitoring_off",  # monitoring off leaves nothing of it (last: no deploy turns it on again)
-    "test_lab_down",  # teardown leaves nothing
+    "test_lab_monitoring_off",  # monitoring off: last, so that no baseline deploy turns it on again
+    "test_lab_down",  # teardown leaves nothing: always last
 )
+LAST = "test_lab_down"
+
+
+def module_rank(module: str, reverse: bool = False) -> int:
+    """Where a module runs: ``MODULE_ORDER`` (or its reverse), unlisted ones after the listed, teardown last."""
+    if module == LAST:
+        return len(MODULE_ORDER) + 1
+    order = [m for m in MODULE_ORDER if m != LAST]
+    if reverse:
+        order.reverse()
+    return order.index(module) if module in order else len(MODULE_ORDER)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    def rank(item: pytest.Item) -> int:
-        module = item.module.__name__.rsplit(".", 1)[-1]
-        if module == MODULE_ORDER[-1]:
-            return len(MODULE_ORDER) + 1
-        return MODULE_ORDER.index(module) if module in MODULE_ORDER else len(MODULE_ORDER)
-
-    items.sort(key=rank)  # stable: the tests of one module keep their file order
+    reverse = os.environ.get("RAYRIG_E2E_ORDER", "forward") == "reverse"
+    # stable: the tests of one module keep their file order
+    items.sort(key=lambda item: module_rank(item.module.__name__.rsplit(".", 1)[-1], reverse))
 
 
 @pytest.fixture(scope="session")
@@ -61,10 +87,33 @@ def first_deploy(lab):
     """The first deploy, through the head's image mirror: every later scenario finds the mirror
     running, and the deploys that leave ``image_mirror`` at its default take no notice of it."""
     started = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    result = deploy("inventories/lab.py", "--data", "image_mirror=head")
+    result = deploy(LAB_INVENTORY, "--data", "image_mirror=head")
     assert result.returncode == 0, "the first deploy failed"
     result.started = started  # the upstream registry's log from here on is this deploy's
     return result
+
+
+#: The signature of the baseline deployment, taken once a deploy of inventories/lab.py succeeded.
+_BASELINE: dict[str, dict[str, str] | None] = {"signature": None}
+
+
+@pytest.fixture(scope="module")
+def baseline(lab, first_deploy) -> Lab:
+    """The lab's 3 hosts deployed from ``inventories/lab.py``, every node alive: deployed only when the
+    lab differs from the signature the last baseline deploy left (or none was taken yet)."""
+    started = time.monotonic()
+    if len(local.load_state(LAB)["hosts"]) != HOSTS:  # a module that grew the lab and failed to shrink it
+        local.up(hosts=HOSTS, name=LAB)
+    seen = baseline_signature(lab)
+    if seen is None or seen != _BASELINE["signature"]:
+        why = "no baseline taken yet" if _BASELINE["signature"] is None else f"the lab differs: {seen}"
+        print(f"baseline: deploying {LAB_INVENTORY} ({why})")
+        result = deploy(LAB_INVENTORY, "--data", "checks_enabled=False")
+        assert result.returncode == 0, "the deploy back to the baseline failed"
+        _BASELINE["signature"] = baseline_signature(lab)
+    wait_for_alive(lab, HOSTS, addresses=[h["address"] for h in lab.hosts])
+    print(f"baseline: ready in {time.monotonic() - started:.1f} s")
+    return lab
 
 
 @pytest.fixture(scope="session")

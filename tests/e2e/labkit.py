@@ -2,6 +2,11 @@
 
 Real sshd hosts with systemd, pyinfra over SSH, Docker installed inside each
 host, the Ray image pulled from the lab's registry, a real Ray cluster.
+
+One helper per job: :func:`deploy` (pyinfra), :func:`rayrig` (the command, as a user runs it),
+:func:`wait_for_alive` (N alive Ray nodes, or the test fails), :func:`inventory_variant` (the lab's
+inventory with changes), :func:`ray_status` (Ray's own CLI against the head from a worker), and
+:func:`baseline_signature` (what the baseline fixture compares to decide whether to deploy).
 """
 
 from __future__ import annotations
@@ -13,15 +18,19 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterable
 from pathlib import Path
+
+import pytest
 
 from cloud import lab as local
 from cloud import ssh as remote
-from deploy import auth, settings
+from deploy import auth, firewall, ray_node, settings
 from deploy.paths import repo_root
 
 LAB = os.environ.get("RAYRIG_E2E_LAB", "rayrig-e2e")
 HOSTS = 3
+LAB_INVENTORY = "inventories/lab.py"
 
 
 def deploy(inventory: str | Path, *extra: str) -> subprocess.CompletedProcess:
@@ -39,6 +48,32 @@ def deploy(inventory: str | Path, *extra: str) -> subprocess.CompletedProcess:
     if result.returncode != 0:
         print(result.stdout[-6000:], result.stderr[-4000:])
     return result
+
+
+def rayrig(*args: str | Path, timeout: float = 600, cwd: Path | None = None, env: dict | None = None):
+    """``rayrig ARGS...`` on the lab as a user runs it (no standard input); its result."""
+    return subprocess.run(
+        [sys.executable, "-m", "rayrig", *map(str, args)],
+        cwd=cwd or repo_root(),
+        env={**os.environ, "RAYRIG_LAB": LAB, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def rayrig_background(*args: str | Path) -> subprocess.Popen:
+    """``rayrig ARGS...`` left running (a tunnel, a check to interrupt), its output one text stream."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "rayrig", *map(str, args)],
+        cwd=repo_root(),
+        env={**os.environ, "RAYRIG_LAB": LAB},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        text=True,
+    )
 
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -116,19 +151,54 @@ print("RESULT", json.dumps({{"nodes": [{{"id": n["NodeID"], "ip": n["NodeManager
 """
 
 
-def cluster_state(lab: Lab, expect: int = HOSTS, wait: int = 90) -> dict:
-    return lab.ray_python(CLUSTER_STATE.format(expect=expect, wait=wait))
+def cluster_state(lab: Lab, expect: int = HOSTS, wait: int = 90, timeout: float = 300) -> dict:
+    """The alive nodes and the cluster's resources, as the head's GCS has them (waits up to ``wait`` s
+    for ``expect`` alive nodes, then answers whatever it sees)."""
+    return lab.ray_python(CLUSTER_STATE.format(expect=expect, wait=wait), timeout=timeout)
 
 
-def wait_for_total_cpus(lab: Lab, cpus: float, seconds: int = 120) -> dict:
-    """The cluster state once its CPU total is ``cpus`` (replaced nodes take a moment to rejoin)."""
-    deadline = time.monotonic() + seconds
+def alive_nodes(lab: Lab, poll_s: float = 30) -> list[dict] | str:
+    """The alive nodes the head's GCS lists now, or why it could not tell (the head restarting, its
+    host rebooting: SSH, ``docker exec`` or ``ray.init`` fail or hang, which one poll bounds)."""
+    try:
+        return cluster_state(lab, wait=0, timeout=poll_s)["nodes"]
+    except Exception as exc:  # any failure of one poll is "not yet"; the caller bounds the wait
+        return f"{type(exc).__name__}: {str(exc)[-300:]}"
+
+
+def wait_for_alive(
+    lab: Lab,
+    count: int = HOSTS,
+    seconds: float = 240,
+    *,
+    since: float | None = None,
+    addresses: Iterable[str] | None = None,
+    new_ids_of: Iterable[str] = (),
+    cpus: float | None = None,
+) -> list[dict]:
+    """The alive nodes once there are ``count`` of them, or the test fails after ``seconds``.
+
+    ``addresses``: exactly those hosts' nodes; ``new_ids_of``: none of these node IDs among them
+    (a restarted node is a new node); ``cpus``: the cluster's CPU total (a replaced node rejoined
+    with its new declaration). ``since`` is when the wait began (default: now).
+    """
+    started = time.monotonic() if since is None else since
+    wanted = sorted(addresses) if addresses is not None else None
+    old = set(new_ids_of)
+    seen: list[dict] | str = "nothing yet"
     while True:
-        state = cluster_state(lab)
-        if state["total"].get("CPU") == cpus and len(state["nodes"]) == HOSTS:
-            return state
-        if time.monotonic() > deadline:
-            return state
+        seen = alive_nodes(lab)
+        if (
+            not isinstance(seen, str)
+            and len(seen) == count
+            and (wanted is None or sorted(n["ip"] for n in seen) == wanted)
+            and not {n["id"] for n in seen} & old
+            and (cpus is None or sum(n["resources"].get("CPU", 0) for n in seen) == cpus)
+        ):
+            print(f"{count} nodes alive after {time.monotonic() - started:.1f} s")
+            return seen
+        if time.monotonic() > started + seconds:
+            pytest.fail(f"not {count} alive nodes as expected within {seconds} s; last seen: {seen}")
         time.sleep(3)
 
 
@@ -170,40 +240,70 @@ def cluster_token() -> str:
     return auth.read_token(auth.token_path(settings.merge({"ray_cluster_name": LAB})))
 
 
-def inventory_with(path: Path, address: str, changes: dict) -> Path:
-    """The lab's inventory with ``changes`` in one host's data, written to ``path``."""
-    path.write_text(
-        textwrap.dedent(
-            f"""
-            import runpy
-            lab = runpy.run_path({str(repo_root() / "inventories" / "lab.py")!r})
-            changes = {changes!r}
-            heads = [(name, {{**data, **changes}} if name == {address!r} else data) for name, data in lab["heads"]]
-            workers = [(name, {{**data, **changes}} if name == {address!r} else data) for name, data in lab["workers"]]
-            """
-        )
-    )
-    return path
-
-
 BUCKET = "rayrig-e2e"  # the bucket moto's server holds for the shared-storage scenarios
 S3_SECRET = "e2e-Secret-Key-do-not-print"
 
 
-def inventory_for_all(path: Path, changes: dict) -> Path:
-    """The lab's inventory with ``changes`` in every host's data, written to ``path``."""
+def inventory_variant(path: Path, changes: dict, only: str | None = None) -> Path:
+    """The lab's inventory with ``changes`` in every host's data, or in host ``only``'s alone, written to
+    ``path`` (outside inventories/: the defaults still apply)."""
     path.write_text(
         textwrap.dedent(
             f"""
             import runpy
-            lab = runpy.run_path({str(repo_root() / "inventories" / "lab.py")!r})
-            changes = {changes!r}
-            heads = [(name, {{**data, **changes}}) for name, data in lab["heads"]]
-            workers = [(name, {{**data, **changes}}) for name, data in lab["workers"]]
+            lab = runpy.run_path({str(repo_root() / LAB_INVENTORY)!r})
+            changes, only = {changes!r}, {only!r}
+            def changed(name, data):
+                return {{**data, **changes}} if only is None or name == only else data
+            heads = [(name, changed(name, data)) for name, data in lab["heads"]]
+            workers = [(name, changed(name, data)) for name, data in lab["workers"]]
             """
         )
     )
     return path
+
+
+#: ``ray status`` against the head's GCS from a throwaway container of the Ray image on the first worker
+#: (an address the firewall admits); ``env`` is what the client presents (a token, TLS files).
+RAY_STATUS = "sudo docker run --rm --network=host {env} {image} timeout {seconds} ray status --address {head}:{port}"
+#: The cluster's token as a client presents it: the worker's own copy, mounted read-only.
+WITH_TOKEN = "-e RAY_AUTH_MODE=token -e RAY_AUTH_TOKEN_PATH=/token --mount type=bind,src={path},dst=/token,readonly"
+
+
+def ray_status(lab: Lab, env: str = "", seconds: int = 60) -> tuple[int, str]:
+    """``ray status`` from the first worker with ``env``; its exit status and output (``seconds`` bounds Ray's
+    own retries: a client that should be refused needs less than one that should get in)."""
+    command = RAY_STATUS.format(
+        env=env, image=lab.state["image"], head=lab.head["address"], port=ray_ports()["gcs"], seconds=seconds
+    )
+    return remote.run(lab.target(lab.workers[0]), command, timeout=seconds + 120)
+
+
+def with_token(path: str = auth.NODE_TOKEN_PATH) -> str:
+    return WITH_TOKEN.format(path=path)
+
+
+#: One line per host of what the baseline deployment decides: ray-node's configuration hash and image,
+#: the digest rayrig's loaded nftables table carries (its members, ports and admin networks), and
+#: whether the node exporter runs.
+SIGNATURE = (
+    "sudo docker inspect --format "
+    f"'{{{{index .Config.Labels \"{ray_node.HASH_LABEL}\"}}}} {{{{.Config.Image}}}} {{{{.State.Running}}}}' "
+    "ray-node 2>/dev/null || echo no-ray-node; "
+    f"sudo nft list table {firewall.TABLE} 2>/dev/null | grep -m1 -F 'comment \"' || echo no-table; "
+    "systemctl is-active prometheus-node-exporter || true"
+)
+
+
+def baseline_signature(lab: Lab) -> dict[str, str] | None:
+    """Each host's signature (:data:`SIGNATURE`), or None when a host cannot be asked."""
+    found = {}
+    for h in lab.hosts:
+        status, output = remote.run(lab.target(h), SIGNATURE, timeout=60)
+        if status != 0:
+            return None
+        found[h["address"]] = output.strip()
+    return found
 
 
 if __name__ == "__main__":  # python -m tests.e2e.labkit: the e2e tier's lab up, ahead of it (scripts/run_tests.py)

@@ -10,35 +10,23 @@ and waits until every node is alive again.
 from __future__ import annotations
 
 import json
-import os
 import statistics
-import subprocess
-import sys
 import threading
 import time
 
 import pytest
 
-from deploy.paths import repo_root
-from tests.e2e.labkit import HOSTS, LAB, Lab, cluster_state, report_paths
+from tests.e2e.labkit import HOSTS, LAB_INVENTORY, Lab, rayrig, rayrig_background, report_paths, wait_for_alive
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 STARVED_CPUS = 0.025  # 1/40 of a CPU for the worker's whole ray-node container
-CHECK = [sys.executable, "-m", "rayrig", "check", "inventories/lab.py"]
 
 
-def rayrig_check(*extra: str, timeout: float = 900) -> tuple[subprocess.CompletedProcess, float]:
+def rayrig_check(timeout: float = 900):
     """``rayrig check`` on the lab; its result and its wall seconds."""
     started = time.monotonic()
-    result = subprocess.run(
-        [*CHECK, *extra],
-        cwd=repo_root(),
-        env={**os.environ, "RAYRIG_LAB": LAB},
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    result = rayrig("check", LAB_INVENTORY, timeout=timeout)
     return result, time.monotonic() - started
 
 
@@ -49,12 +37,7 @@ def give_back_cpus(lab: Lab, h: dict) -> None:
     assert int(nano) == int(lab.sh(h, "nproc")) * 10**9, nano
 
 
-def all_nodes_alive(lab: Lab, wait: int = 240) -> None:
-    state = cluster_state(lab, expect=HOSTS, wait=wait)
-    assert len(state["nodes"]) == HOSTS, f"only {len(state['nodes'])} nodes came back: {state}"
-
-
-def test_a_starved_worker_is_named_slow_and_the_checks_end_within_twice_the_healthy_time(lab, first_deploy):
+def test_a_starved_worker_is_named_slow_and_the_checks_end_within_twice_the_healthy_time(lab, baseline):
     slow = lab.workers[0]
     healthy, starved = [], []
     try:
@@ -80,22 +63,16 @@ def test_a_starved_worker_is_named_slow_and_the_checks_end_within_twice_the_heal
             assert all(r.get("source") for r in slow_reasons), "a slow node's reason says where its threshold is from"
             print(f"starved run: {[r['message'] for r in slow_reasons]}")
     finally:
-        all_nodes_alive(lab)
+        wait_for_alive(lab, HOSTS)
     print(f"rayrig check on the lab, healthy {[round(t, 1) for t in healthy]} s, "
           f"one worker at 1/40 CPU {[round(t, 1) for t in starved]} s")  # fmt: skip
     assert statistics.median(starved) <= 2 * statistics.median(healthy), (healthy, starved)
 
 
-def test_a_worker_paused_during_the_all_reduce_fails_naming_it_at_the_deadline(lab, first_deploy):
+def test_a_worker_paused_during_the_all_reduce_fails_naming_it_at_the_deadline(lab, baseline):
     victim = lab.workers[1]
-    process = subprocess.Popen(
-        [*CHECK, "--data", "checks_profile=full"],  # the full sweep: seconds of sizes left after the first
-        cwd=repo_root(),
-        env={**os.environ, "RAYRIG_LAB": LAB},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    # the full sweep: seconds of sizes left after the first
+    process = rayrig_background("check", LAB_INVENTORY, "--data", "checks_profile=full")
     watchdog = threading.Timer(900, process.kill)  # a hang fails the test instead of holding the tier
     watchdog.start()
     lines: list[str] = []
@@ -112,7 +89,7 @@ def test_a_worker_paused_during_the_all_reduce_fails_naming_it_at_the_deadline(l
         watchdog.cancel()
         if paused_at is not None:
             lab.sh(victim, "sudo docker unpause ray-node")
-        all_nodes_alive(lab)
+        wait_for_alive(lab, HOSTS)
     output = "".join(lines)
     assert paused_at is not None, f"the all-reduce sweep never started: {output[-3000:]}"
     assert process.returncode == 1, output[-3000:]

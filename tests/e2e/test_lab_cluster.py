@@ -1,8 +1,10 @@
 """Bring-up, end to end, on a 3-host local lab (see conftest.py for the lab they share).
 
-The first deploy, the cluster it makes, the firewall, token authentication, the
-dashboard tunnel, the checks, a refused value, a killed worker, shared storage
-through S3 and a rebooted host. The tests run in file order on one lab.
+The first deploy (its output: the checks, the phase timings, the image mirror), the cluster it
+makes, the firewall, token authentication, the dashboard tunnel, a refused value, a killed
+worker, shared storage through S3 and a rebooted host. The tests run in file order from the
+baseline; the module ends on the "secured" inventory (admin CIDRs, the S3 mount), which the next
+module's baseline undoes.
 """
 
 from __future__ import annotations
@@ -11,8 +13,6 @@ import json
 import os
 import re
 import subprocess
-import sys
-import textwrap
 import time
 from pathlib import Path
 
@@ -20,31 +20,34 @@ import pytest
 
 from cloud import ssh as remote
 from deploy import auth, firewall, ray_temp, settings
-from deploy.paths import repo_root
 from rayrig.dashboard import free_port
 from tests.e2e.labkit import (
     ANSI,
     BUCKET,
     HOSTS,
     LAB,
+    LAB_INVENTORY,
     S3_SECRET,
     Lab,
     changed_operations,
     cluster_state,
     cluster_token,
     deploy,
-    inventory_with,
+    inventory_variant,
     member_can_connect,
     outsider_probe,
     ray_ports,
+    ray_status,
+    rayrig_background,
     report_paths,
-    wait_for_total_cpus,
+    wait_for_alive,
+    with_token,
 )
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
-def test_three_nodes_alive_with_declared_resources(lab, first_deploy):
+def test_three_nodes_alive_with_declared_resources(lab, baseline):
     state = cluster_state(lab)
     assert sorted(n["ip"] for n in state["nodes"]) == sorted(h["address"] for h in lab.hosts)
     assert state["total"]["CPU"] == sum(h["num_cpus"] for h in lab.hosts)
@@ -69,13 +72,13 @@ print("RESULT", json.dumps({{name: ray.get(where.options(resources={{name: 0.01}
 """
 
 
-def test_task_pinned_by_custom_resource_runs_on_its_node(lab, first_deploy):
+def test_task_pinned_by_custom_resource_runs_on_its_node(lab, baseline):
     names = {next(iter(h["resources"])): h["address"] for h in lab.hosts}
     ran_on = lab.ray_python(PINNED_TASKS.format(names=list(names)))
     assert ran_on == names
 
 
-def test_checks_pass_at_the_end_of_the_deploy(lab, first_deploy):
+def test_checks_pass_at_the_end_of_the_deploy(lab, baseline, first_deploy):
     output = first_deploy.stdout + first_deploy.stderr
     assert "Running the post-deploy checks" in output
     json_path, plot_path = report_paths(output)
@@ -93,7 +96,7 @@ def test_checks_pass_at_the_end_of_the_deploy(lab, first_deploy):
     assert set(report["preflight"]) == {h["address"] for h in lab.hosts}
 
 
-def test_the_deploy_ends_with_each_phases_wall_time_also_in_the_checks_report(lab, first_deploy):
+def test_the_deploy_ends_with_each_phases_wall_time_also_in_the_checks_report(lab, baseline, first_deploy):
     output = ANSI.sub("", first_deploy.stdout + first_deploy.stderr)
     _before, header, table = output.partition("--> Phase timings (wall seconds; slowest host)\n")
     assert header, output[-3000:]
@@ -116,7 +119,7 @@ def test_the_deploy_ends_with_each_phases_wall_time_also_in_the_checks_report(la
 # --- Security: the firewall, token authentication, the dashboard tunnel -------------------------
 
 
-def test_the_head_mirror_took_each_layer_from_upstream_once_and_every_node_runs_one_image(lab, first_deploy):
+def test_the_head_mirror_took_each_layer_from_upstream_once_and_every_node_runs_one_image(lab, baseline, first_deploy):
     """image_mirror = "head" (the first deploy's): the lab's registry is the upstream; its own access
     log since the deploy began shows each blob of the image served once, not once per host."""
     log = subprocess.run(
@@ -133,7 +136,7 @@ def test_the_head_mirror_took_each_layer_from_upstream_once_and_every_node_runs_
     assert "image pull" in first_deploy.stderr + first_deploy.stdout
 
 
-def test_the_firewall_admits_only_the_clusters_members(lab, first_deploy):
+def test_the_firewall_admits_only_the_clusters_members(lab, baseline):
     ports = ray_ports()
     head, worker = lab.head["address"], lab.workers[0]["address"]
     closed = [
@@ -152,24 +155,15 @@ def test_the_firewall_admits_only_the_clusters_members(lab, first_deploy):
     assert "policy drop" in ruleset
 
 
-RAY_STATUS = "sudo docker run --rm --network=host {env} {image} timeout 60 ray status --address {head}:{port}"
-
-
-def test_ray_refuses_a_client_without_the_token_and_admits_one_with_it(lab, first_deploy):
-    worker = lab.workers[0]
-    command = RAY_STATUS.format(
-        image=lab.state["image"], head=lab.head["address"], port=ray_ports()["gcs"], env="{env}"
-    )
+def test_ray_refuses_a_client_without_the_token_and_admits_one_with_it(lab, baseline):
     for env in ("", "-e RAY_AUTH_MODE=token -e RAY_AUTH_TOKEN=not-the-cluster-token"):
-        status, output = remote.run(lab.target(worker), command.format(env=env), timeout=120)
+        status, output = ray_status(lab, env)
         assert status != 0 and "InvalidAuthToken" in output, output[-2000:]
-    token_mount = f"--mount type=bind,src={auth.NODE_TOKEN_PATH},dst=/token,readonly"
-    with_token = f"-e RAY_AUTH_MODE=token -e RAY_AUTH_TOKEN_PATH=/token {token_mount}"
-    output = lab.sh(worker, command.format(env=with_token), timeout=120)
-    assert output.count("node_") >= HOSTS, output[-2000:]
+    status, output = ray_status(lab, with_token())
+    assert status == 0 and output.count("node_") >= HOSTS, output[-2000:]
 
 
-def test_the_token_is_0600_and_appears_in_no_output_inspect_process_list_or_log(lab, first_deploy):
+def test_the_token_is_0600_and_appears_in_no_output_inspect_process_list_or_log(lab, baseline, first_deploy):
     token = cluster_token()
     local_copy = auth.token_path(settings.merge({"ray_cluster_name": LAB}))
     assert oct(local_copy.stat().st_mode & 0o777) == "0o600"
@@ -193,21 +187,14 @@ def test_the_token_is_0600_and_appears_in_no_output_inspect_process_list_or_log(
         assert 1 <= len(sessions) <= kept, f"{h['address']}: Ray's sessions on the host: {sessions}"
 
 
-def test_rayrig_dashboard_tunnels_to_the_heads_dashboard(lab, first_deploy):
+def test_rayrig_dashboard_tunnels_to_the_heads_dashboard(lab, baseline):
     import urllib.error
     import urllib.request
 
     port = free_port()
     # Prometheus not on 9090 here: this machine may run a Prometheus of its own.
-    command = [sys.executable, "-m", "rayrig", "dashboard", "inventories/lab.py", "--local-port", str(port),
-               "--local-prometheus-port", str(free_port())]  # fmt: skip
-    process = subprocess.Popen(
-        command,
-        cwd=repo_root(),
-        env={**os.environ, "RAYRIG_LAB": LAB},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
+    process = rayrig_background(
+        "dashboard", LAB_INVENTORY, "--local-port", str(port), "--local-prometheus-port", str(free_port())
     )
     try:
         first = process.stdout.readline()
@@ -225,16 +212,6 @@ def test_rayrig_dashboard_tunnels_to_the_heads_dashboard(lab, first_deploy):
     assert cluster_token() not in first + rest
 
 
-def test_second_deploy_changes_nothing(lab, first_deploy):
-    before = {h["address"]: lab.container_id(h) for h in lab.hosts}
-    result = deploy("inventories/lab.py")
-    assert result.returncode == 0
-    changes = changed_operations(result.stdout + result.stderr)
-    assert set(changes) == {h["address"] for h in lab.hosts}, result.stdout[-3000:]
-    assert all(n == 0 for n in changes.values()), changes
-    assert {h["address"]: lab.container_id(h) for h in lab.hosts} == before
-
-
 # --- A value Ray refuses: the node is restored, not lost -------------------------------------------
 
 
@@ -243,7 +220,9 @@ def refused_by_ray(lab: Lab, h: dict, tmp_path: Path) -> str:
     size of at least 75 MiB; ``ray start`` refuses it with a ValueError) and return the output."""
     mem_kb = int(lab.sh(h, "awk '/^MemTotal:/ {print $2}' /proc/meminfo").strip())
     changes = {"ray_object_store_bytes": 4 * mem_kb * 1024, "ray_replace_timeout_s": 60}
-    result = deploy(inventory_with(tmp_path / "refused.py", h["address"], changes), "--data", "checks_enabled=False")
+    result = deploy(
+        inventory_variant(tmp_path / "refused.py", changes, only=h["address"]), "--data", "checks_enabled=False"
+    )
     output = ANSI.sub("", result.stdout + result.stderr)
     assert result.returncode != 0, output[-3000:]
     return output
@@ -265,55 +244,42 @@ def assert_restored(lab: Lab, h: dict, output: str, before: dict[str, str]) -> N
 
 def redeploy_changes_no_container(lab: Lab, before: dict[str, str]) -> None:
     """The lab's own inventory again: the restored containers already have its configuration."""
-    result = deploy("inventories/lab.py", "--data", "checks_enabled=False")
+    result = deploy(LAB_INVENTORY, "--data", "checks_enabled=False")
     assert result.returncode == 0
     assert {h["address"]: lab.container_id(h) for h in lab.hosts} == before
 
 
-def test_a_value_ray_refuses_on_a_worker_fails_naming_it_and_its_previous_container_rejoins(
-    lab, first_deploy, tmp_path
-):
+def test_a_value_ray_refuses_on_a_worker_fails_naming_it_and_its_previous_container_rejoins(lab, baseline, tmp_path):
     worker = lab.workers[1]
     before = {h["address"]: lab.container_id(h) for h in lab.hosts}
     try:
         output = refused_by_ray(lab, worker, tmp_path)
         assert_restored(lab, worker, output, before)
-        state = cluster_state(lab)
-        assert sorted(n["ip"] for n in state["nodes"]) == sorted(h["address"] for h in lab.hosts)
+        wait_for_alive(lab, HOSTS, addresses=[h["address"] for h in lab.hosts], seconds=90)
     finally:
         redeploy_changes_no_container(lab, before)
 
 
-def test_a_value_ray_refuses_on_the_head_fails_naming_it_and_every_node_is_back(lab, first_deploy, tmp_path):
+def test_a_value_ray_refuses_on_the_head_fails_naming_it_and_every_node_is_back(lab, baseline, tmp_path):
     before = {h["address"]: lab.container_id(h) for h in lab.hosts}
     try:
         output = refused_by_ray(lab, lab.head, tmp_path)
         assert_restored(lab, lab.head, output, before)
         # The workers lost the head meanwhile: Ray ends their raylets, their units start them
         # again and they join the restored head.
-        state = cluster_state(lab, wait=240)
-        assert sorted(n["ip"] for n in state["nodes"]) == sorted(h["address"] for h in lab.hosts)
+        wait_for_alive(lab, HOSTS, addresses=[h["address"] for h in lab.hosts], seconds=240)
     finally:
         redeploy_changes_no_container(lab, before)
 
 
-def test_changing_one_workers_cpus_replaces_only_that_worker(lab, first_deploy, tmp_path):
+def test_changing_one_workers_cpus_replaces_only_that_worker(lab, baseline, tmp_path):
     worker = lab.workers[0]
     before = {h["address"]: lab.container_id(h) for h in lab.hosts}
     # An inventory kept outside inventories/: the defaults must still apply.
-    inventory = tmp_path / "bigger.py"
-    inventory.write_text(
-        textwrap.dedent(
-            f"""
-            import runpy
-            lab = runpy.run_path({str(repo_root() / "inventories" / "lab.py")!r})
-            heads = lab["heads"]
-            workers = [(name, {{**data, "ray_num_cpus": data["ray_num_cpus"] + 3}} if name == {worker["address"]!r}
-                        else data) for name, data in lab["workers"]]
-            """
-        )
+    inventory = inventory_variant(
+        tmp_path / "bigger.py", {"ray_num_cpus": worker["num_cpus"] + 3}, only=worker["address"]
     )
-    result = deploy(inventory)
+    result = deploy(inventory, "--data", "checks_enabled=False")  # the checks of a replaced node: test_lab_tls
     assert result.returncode == 0
     after = {h["address"]: lab.container_id(h) for h in lab.hosts}
     assert after[worker["address"]] != before[worker["address"]]
@@ -321,10 +287,10 @@ def test_changing_one_workers_cpus_replaces_only_that_worker(lab, first_deploy, 
         a: i for a, i in before.items() if a != worker["address"]
     }
     expected = sum(h["num_cpus"] for h in lab.hosts) + 3
-    assert wait_for_total_cpus(lab, expected)["total"]["CPU"] == expected
+    wait_for_alive(lab, HOSTS, cpus=expected, seconds=120)
 
 
-def test_killed_worker_container_comes_back_and_rejoins(lab, first_deploy):
+def test_killed_worker_container_comes_back_and_rejoins(lab, baseline):
     worker = lab.workers[-1]
     old = lab.container_id(worker)
     old_nodes = {n["id"] for n in cluster_state(lab)["nodes"]}
@@ -346,7 +312,7 @@ def test_killed_worker_container_comes_back_and_rejoins(lab, first_deploy):
 
 
 @pytest.fixture(scope="module")
-def secured(lab, s3, tmp_path_factory):
+def secured(lab, baseline, s3, tmp_path_factory):
     """An inventory of the lab with SSH for admins only and the bucket mounted at /mnt/datasets."""
     extra = {
         "firewall_admin_cidrs": ["192.0.2.0/24"],  # nobody here: only the deploy's own address keeps SSH
@@ -355,18 +321,7 @@ def secured(lab, s3, tmp_path_factory):
         ],
         "storage_s3_credentials": {"access_key_id": "e2e", "secret_access_key": S3_SECRET},
     }
-    inventory = tmp_path_factory.mktemp("secured") / "secured.py"
-    inventory.write_text(
-        textwrap.dedent(
-            f"""
-            import runpy
-            lab = runpy.run_path({str(repo_root() / "inventories" / "lab.py")!r})
-            extra = {extra!r}
-            heads = [(name, {{**data, **extra}}) for name, data in lab["heads"]]
-            workers = [(name, {{**data, **extra}}) for name, data in lab["workers"]]
-            """
-        )
-    )
+    inventory = inventory_variant(tmp_path_factory.mktemp("secured") / "secured.py", extra)
     result = deploy(inventory)
     assert result.returncode == 0, "the deploy with admin CIDRs and the S3 mount failed"
     return inventory, result

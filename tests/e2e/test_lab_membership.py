@@ -13,9 +13,10 @@ import pytest
 from cloud import lab as local
 from cloud import ssh as remote
 from deploy import auth
-from tests.e2e.labkit import LAB, Lab, changed_operations, cluster_state, deploy, inventory_with
+from tests.e2e.labkit import LAB, LAB_INVENTORY, Lab, changed_operations, cluster_state, deploy, inventory_variant
 
 pytestmark = pytest.mark.e2e
+NO_CHECKS = ("--data", "checks_enabled=False")
 
 
 def ray_node_containers(lab: Lab, h: dict) -> str:
@@ -34,7 +35,7 @@ def members_v4(lab: Lab, h: dict) -> str:
     return lab.sh(h, "sudo nft list set inet rayrig members_v4")
 
 
-def test_grow_by_one_then_a_limited_run_on_a_new_host_stops_then_shrink(lab, first_deploy, tmp_path):
+def test_grow_by_one_then_a_limited_run_on_a_new_host_stops_then_shrink(lab, baseline, tmp_path):
     done = False
     try:
         before = {h["address"]: lab.container_id(h) for h in lab.hosts}
@@ -42,7 +43,7 @@ def test_grow_by_one_then_a_limited_run_on_a_new_host_stops_then_shrink(lab, fir
         # Grow: a fourth host, and a plain deploy.
         grown = Lab(local.up(hosts=4, name=LAB))
         fourth = grown.hosts[3]
-        result = deploy("inventories/lab.py")
+        result = deploy(LAB_INVENTORY, *NO_CHECKS)
         assert result.returncode == 0, "the deploy that adds a fourth host failed"
         state = cluster_state(lab, expect=4)
         assert sorted(n["ip"] for n in state["nodes"]) == sorted(h["address"] for h in grown.hosts), state
@@ -53,7 +54,7 @@ def test_grow_by_one_then_a_limited_run_on_a_new_host_stops_then_shrink(lab, fir
 
         # A fifth host, and a deploy limited to it: it stops before any change.
         fifth = Lab(local.up(hosts=5, name=LAB)).hosts[4]
-        limited = deploy("inventories/lab.py", "--limit", fifth["address"])
+        limited = deploy(LAB_INVENTORY, "--limit", fifth["address"])
         output = limited.stdout + limited.stderr
         assert limited.returncode != 0, "a deploy limited to a new host went on"
         assert f"{fifth['address']} is new to the cluster" in output, output[-3000:]
@@ -64,8 +65,8 @@ def test_grow_by_one_then_a_limited_run_on_a_new_host_stops_then_shrink(lab, fir
 
         # Shrink: the fifth host leaves the lab (it never joined), the fourth is marked absent.
         local.up(hosts=4, name=LAB)
-        absent = inventory_with(tmp_path / "absent.py", fourth["address"], {"ray_state": "absent"})
-        result = deploy(absent)
+        absent = inventory_variant(tmp_path / "absent.py", {"ray_state": "absent"}, only=fourth["address"])
+        result = deploy(absent, *NO_CHECKS)
         assert result.returncode == 0, "the deploy that removes the fourth host failed"
         state = cluster_state(lab, expect=3)
         assert sorted(n["ip"] for n in state["nodes"]) == sorted(h["address"] for h in lab.hosts), state
@@ -77,7 +78,7 @@ def test_grow_by_one_then_a_limited_run_on_a_new_host_stops_then_shrink(lab, fir
         assert {h["address"]: lab.container_id(h) for h in lab.hosts} == before
 
         # Still marked absent, a re-run changes nothing on any host.
-        rerun = deploy(absent, "--data", "checks_enabled=False")
+        rerun = deploy(absent, *NO_CHECKS)
         assert rerun.returncode == 0, "a re-run with the host still marked absent failed"
         changes = changed_operations(rerun.stdout + rerun.stderr)
         assert all(n == 0 for n in changes.values()), changes
@@ -85,4 +86,4 @@ def test_grow_by_one_then_a_limited_run_on_a_new_host_stops_then_shrink(lab, fir
     finally:
         local.up(hosts=3, name=LAB)
         if not done:  # put the three hosts' member sets back as inventories/lab.py has them
-            deploy("inventories/lab.py")
+            deploy(LAB_INVENTORY, *NO_CHECKS)

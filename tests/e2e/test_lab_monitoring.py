@@ -36,7 +36,7 @@ def listeners(lab: Lab, h: dict, port: int) -> set[str]:
     return {line.split()[3] for line in out.splitlines() if line.strip()}
 
 
-def test_every_host_runs_debians_node_exporter_on_its_node_address(lab, first_deploy):
+def test_every_host_runs_debians_node_exporter_on_its_node_address(lab, baseline):
     for h in lab.hosts:
         assert lab.sh(h, f"systemctl is-active {SERVICE}").strip() == "active"
         assert (
@@ -48,7 +48,7 @@ def test_every_host_runs_debians_node_exporter_on_its_node_address(lab, first_de
         assert "node_exporter_build_info" in metrics and "node_cpu_seconds_total" in metrics
 
 
-def test_the_metrics_ports_answer_members_and_no_one_else(lab, first_deploy):
+def test_the_metrics_ports_answer_members_and_no_one_else(lab, baseline):
     ports = ray_ports()
     head, worker = lab.head["address"], lab.workers[0]["address"]
     targets = [(worker, NODE_PORT), (head, NODE_PORT), (worker, ports["metrics_export"])]
@@ -61,7 +61,6 @@ def test_the_metrics_ports_answer_members_and_no_one_else(lab, first_deploy):
         assert member_can_connect(lab, member, address, port), f"{address}:{port} does not answer a member"
 
 
-LAB_INVENTORY = "inventories/lab.py"
 PORT = 9090
 SCRAPED_WITHIN_S = 120  # a scrape every 15 s; Ray's file is rewritten every 5 s
 
@@ -91,7 +90,7 @@ def hosts_up(result: list[dict]) -> dict[str, str]:
     return {series["metric"].get("host", "?"): series["value"][1] for series in result}
 
 
-def test_prometheus_on_the_head_has_every_ray_node_up(lab: Lab, first_deploy):
+def test_prometheus_on_the_head_has_every_ray_node_up(lab: Lab, baseline):
     names = {h["address"] for h in lab.hosts}  # the lab's inventory names its hosts by address
     result = wait_for(lab, 'up{job="ray", ray_component="node"}', lambda r: hosts_up(r) == dict.fromkeys(names, "1"))
     assert hosts_up(result) == dict.fromkeys(names, "1"), result
@@ -106,7 +105,7 @@ def test_prometheus_on_the_head_has_every_ray_node_up(lab: Lab, first_deploy):
     assert sorted(s["metric"]["host"] for s in cpus) == sorted(names), cpus
 
 
-def test_prometheus_has_every_node_exporter_up(lab: Lab, first_deploy):
+def test_prometheus_has_every_node_exporter_up(lab: Lab, baseline):
     names = {h["address"] for h in lab.hosts}
     result = wait_for(lab, 'up{job="node"}', lambda r: hosts_up(r) == dict.fromkeys(names, "1"))
     assert hosts_up(result) == dict.fromkeys(names, "1"), result
@@ -116,7 +115,7 @@ def test_prometheus_has_every_node_exporter_up(lab: Lab, first_deploy):
     ]  # fmt: skip
 
 
-def test_prometheus_answers_on_the_heads_loopback_only(lab: Lab, first_deploy):
+def test_prometheus_answers_on_the_heads_loopback_only(lab: Lab, baseline):
     address = lab.head["address"]
     assert outsider_probe(lab, [(address, PORT)]) == {f"{address}:{PORT}": False}
     assert not member_can_connect(lab, lab.workers[0], address, PORT)

@@ -14,24 +14,20 @@ machine answers for every node exporter.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import threading
 import time
 import urllib.request
 
 import pytest
 
-from deploy.paths import repo_root
 from rayrig.dashboard import free_port
-from tests.e2e.labkit import HOSTS, LAB, Lab, report_paths
+from tests.e2e.labkit import HOSTS, LAB_INVENTORY, Lab, rayrig, rayrig_background, report_paths
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 EXPORTER_UNIT = "prometheus-node-exporter"  # Debian's package's unit, on every lab host
 PROMETHEUS = "http://127.0.0.1:9090"  # monitoring_prometheus_port on the head's loopback
-CHECK = [sys.executable, "-m", "rayrig", "check", "inventories/lab.py", "--data", "checks_profile=quick"]
+CHECK = ["check", LAB_INVENTORY, "--data", "checks_profile=quick"]
 
 TARGETS = f"""
 import json, urllib.request
@@ -56,14 +52,13 @@ def wait_for_node_target(lab: Lab, address: str, health: str, seconds: float = 1
         time.sleep(5)
 
 
-def test_a_stopped_node_exporter_fails_the_checks_naming_its_host(lab, first_deploy):
+def test_a_stopped_node_exporter_fails_the_checks_naming_its_host(lab, baseline):
     victim = lab.workers[0]
     assert set(node_targets(lab).values()) == {"up"} and len(node_targets(lab)) == HOSTS
     lab.sh(victim, f"sudo systemctl stop {EXPORTER_UNIT}")
     try:
         wait_for_node_target(lab, victim["address"], "down")
-        result = subprocess.run(CHECK, cwd=repo_root(), env={**os.environ, "RAYRIG_LAB": LAB},
-                                capture_output=True, text=True, timeout=1200)  # fmt: skip
+        result = rayrig(*CHECK, timeout=1200)
     finally:
         lab.sh(victim, f"sudo systemctl start {EXPORTER_UNIT}")
         wait_for_node_target(lab, victim["address"], "up")
@@ -82,12 +77,12 @@ def test_a_stopped_node_exporter_fails_the_checks_naming_its_host(lab, first_dep
     assert f'FAIL  node exporter (job "node") at {victim["address"]}:9100 is down in Prometheus' in output
 
 
-def test_the_dashboard_forwards_prometheus_through_the_head(lab, first_deploy):
+def test_the_dashboard_forwards_prometheus_through_the_head(lab, baseline):
     dashboard, prometheus = free_port(), free_port()
-    command = [sys.executable, "-m", "rayrig", "dashboard", "inventories/lab.py", "--local-port", str(dashboard),
-               "--local-prometheus-port", str(prometheus), "--local-grafana-port", str(free_port())]  # fmt: skip
-    process = subprocess.Popen(command, cwd=repo_root(), env={**os.environ, "RAYRIG_LAB": LAB},
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    process = rayrig_background(
+        "dashboard", LAB_INVENTORY, "--local-port", str(dashboard), "--local-prometheus-port", str(prometheus),
+        "--local-grafana-port", str(free_port()),
+    )  # fmt: skip
     watchdog = threading.Timer(120, process.kill)  # a tunnel that never opens fails the test, not the tier
     watchdog.start()
     try:

@@ -3,9 +3,9 @@ rayrig installed for monitoring (the node exporter package, its drop-in and reco
 in the firewall, Prometheus's unit, container, files, data and image, and the head's Prometheus
 environment), the cluster stays alive, and a re-run changes nothing.
 
-It runs last so that the scenarios before it have monitoring on and no deploy turns it on again;
-turning it on again is the first deploy's path, and the plans prove off then on
-(tests/plan/test_plan_monitoring*.py).
+It runs last so that no baseline deploy has to turn monitoring on again (in any other order the next
+module's baseline does: turning it on again is the first deploy's path, and the plans prove off then on,
+tests/plan/test_plan_monitoring*.py).
 """
 
 from __future__ import annotations
@@ -13,13 +13,13 @@ from __future__ import annotations
 import pytest
 
 from deploy import monitoring_exporters as mon
-from tests.e2e.labkit import HOSTS, Lab, changed_operations, cluster_state, deploy
-from tests.e2e.test_lab_monitoring import LAB_INVENTORY, NODE_PORT, listeners
+from tests.e2e.labkit import HOSTS, LAB_INVENTORY, Lab, changed_operations, cluster_state, deploy
+from tests.e2e.test_lab_monitoring import NODE_PORT, listeners
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
-def test_monitoring_off_leaves_no_exporter_prometheus_unit_or_rule(lab: Lab, first_deploy):
+def test_monitoring_off_leaves_no_exporter_prometheus_unit_or_rule(lab: Lab, baseline):
     off = deploy(LAB_INVENTORY, "--data", "monitoring_enabled=false")
     assert off.returncode == 0, "the deploy with monitoring off failed"
     for h in lab.hosts:

@@ -9,34 +9,17 @@ per host; ``logs HOST`` shows that host's ray-node journal.
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
 import time
 
 import pytest
 
-from deploy.paths import repo_root
 from images import RAY_VERSION
-from tests.e2e.labkit import HOSTS, LAB, Lab, cluster_state, cluster_token
+from tests.e2e.labkit import HOSTS, LAB_INVENTORY, Lab, cluster_token, rayrig, wait_for_alive
 
 pytestmark = [pytest.mark.e2e]
 
-INVENTORY = "inventories/lab.py"
-
-
-def rayrig(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    """``rayrig ARGS...`` as a user runs it, on the e2e lab."""
-    return subprocess.run(
-        [sys.executable, "-m", "rayrig", *args],
-        cwd=repo_root(),
-        env={**os.environ, "RAYRIG_LAB": LAB},
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        stdin=subprocess.DEVNULL,
-    )
+INVENTORY = LAB_INVENTORY
 
 
 def status_json() -> tuple[int, dict]:
@@ -45,7 +28,7 @@ def status_json() -> tuple[int, dict]:
     return result.returncode, json.loads(result.stdout)
 
 
-def test_status_lists_every_host_as_an_alive_node_with_its_resources(lab: Lab, first_deploy):
+def test_status_lists_every_host_as_an_alive_node_with_its_resources(lab: Lab, baseline):
     status, report = status_json()
     assert status == 0, report
     assert report["ok"] is True and report["not_alive"] == []
@@ -68,7 +51,7 @@ def test_status_lists_every_host_as_an_alive_node_with_its_resources(lab: Lab, f
     assert cluster_token() not in json.dumps(report)
 
 
-def test_status_names_a_worker_whose_ray_node_unit_is_stopped_and_exits_1(lab: Lab, first_deploy):
+def test_status_names_a_worker_whose_ray_node_unit_is_stopped_and_exits_1(lab: Lab, baseline):
     worker = lab.workers[0]
     # Docker stops the container; stopping the unit too keeps Restart=always from starting it again
     lab.sh(worker, "sudo docker stop --time 30 ray-node && sudo systemctl stop ray-node")
@@ -88,20 +71,19 @@ def test_status_names_a_worker_whose_ray_node_unit_is_stopped_and_exits_1(lab: L
         assert text.stdout.splitlines()[-1].startswith(f"NOT OK: not alive Ray nodes: {worker['address']} (unit ")
     finally:
         lab.sh(worker, "sudo systemctl start ray-node")
-        state = cluster_state(lab, expect=HOSTS, wait=240)
-        assert len(state["nodes"]) == HOSTS, f"only {len(state['nodes'])} nodes came back: {state}"
+        wait_for_alive(lab, HOSTS)
     status, report = status_json()
     assert status == 0, report
 
 
-def test_exec_all_prints_one_line_per_host(lab: Lab, first_deploy):
+def test_exec_all_prints_one_line_per_host(lab: Lab, baseline):
     result = rayrig("exec", INVENTORY, "--all", "--", "ray", "--version")
     assert result.returncode == 0, result.stderr[-3000:]
     expected = [f"{h['address']}: ray, version {RAY_VERSION}" for h in lab.hosts]
     assert sorted(result.stdout.splitlines()) == sorted(expected), result.stdout
 
 
-def test_logs_show_that_hosts_ray_node_journal(lab: Lab, first_deploy):
+def test_logs_show_that_hosts_ray_node_journal(lab: Lab, baseline):
     worker = lab.workers[0]
     result = rayrig("logs", INVENTORY, worker["address"], "-n", "2000")
     assert result.returncode == 0, result.stderr[-3000:]

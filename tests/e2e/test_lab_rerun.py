@@ -7,30 +7,32 @@ module proves that three such re-runs change nothing and PASS them, prints their
 that the quick checks FAIL naming the host when a worker declares resources its node lacks or
 its node stops answering.
 
-It starts from whatever the previous module left (the cluster on the "secured" inventory, with
-its S3 mount) and brings the cluster back to the lab's own inventory first; it leaves it there,
-every node alive.
+It starts from the baseline (the lab's own inventory) and leaves it there, every node alive.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
 import statistics
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from deploy.paths import repo_root
-from tests.e2e.labkit import ANSI, HOSTS, LAB, Lab, changed_operations, cluster_state, deploy, inventory_with
+from tests.e2e.labkit import (
+    ANSI,
+    HOSTS,
+    LAB_INVENTORY,
+    changed_operations,
+    deploy,
+    inventory_variant,
+    rayrig,
+    wait_for_alive,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
-LAB_INVENTORY = "inventories/lab.py"
 RERUNS = 3
 QUICK = "checks: quick: no ray-node was created or replaced in this run; run `rayrig check` for the benchmark"
 RERUN_BOUND_S = 60  # a loose bound: the goal, at most 10 s, is printed, not asserted
@@ -40,14 +42,7 @@ REJOIN_WITHIN_S = 150  # how long a node Ray declared dead may take to come back
 
 def rayrig_check(inventory: str | Path, *extra: str) -> tuple[int, str]:
     """``rayrig check INVENTORY EXTRA...`` as a user runs it: its exit status and its output."""
-    result = subprocess.run(
-        [sys.executable, "-m", "rayrig", "check", str(inventory), *extra],
-        cwd=repo_root(),
-        env={**os.environ, "RAYRIG_LAB": LAB},
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    result = rayrig("check", inventory, *extra)
     return result.returncode, ANSI.sub("", result.stdout + result.stderr)
 
 
@@ -62,38 +57,17 @@ def fail_lines(output: str) -> list[str]:
     return [line.strip() for line in output.splitlines() if line.strip().startswith("FAIL  ")]
 
 
-def wait_for_every_node(lab: Lab, seconds: int) -> dict:
-    """The cluster state once every lab host is an alive Ray node (or time is up)."""
-    deadline = time.monotonic() + seconds
-    while True:
-        state = cluster_state(lab, wait=10)
-        if sorted(n["ip"] for n in state["nodes"]) == sorted(h["address"] for h in lab.hosts):
-            return state
-        if time.monotonic() > deadline:
-            return state
-        time.sleep(3)
-
-
-@pytest.fixture(scope="module")
-def lab_inventory(lab: Lab, first_deploy) -> str:
-    """The cluster on the lab's own inventory again (the previous module left its secured one)."""
-    result = deploy(LAB_INVENTORY, "--data", "checks_enabled=False")
-    assert result.returncode == 0, "the deploy back to the lab's own inventory failed"
-    state = wait_for_every_node(lab, REJOIN_WITHIN_S)
-    assert len(state["nodes"]) == HOSTS, f"not every lab host is an alive Ray node: {state['nodes']}"
-    return LAB_INVENTORY
-
-
-def test_no_change_reruns_make_the_quick_checks_and_pass(lab, lab_inventory):
+def test_no_change_reruns_make_the_quick_checks_and_pass(lab, baseline):
     before = {h["address"]: lab.container_id(h) for h in lab.hosts}
     times = []
     for run in range(1, RERUNS + 1):
         started = time.monotonic()
-        result = deploy(lab_inventory)
+        result = deploy(LAB_INVENTORY)
         times.append(time.monotonic() - started)
         output = ANSI.sub("", result.stdout + result.stderr)
         assert result.returncode == 0, f"re-run {run} exited {result.returncode}: {output[-3000:]}"
         changes = changed_operations(output)
+        assert set(changes) == {h["address"] for h in lab.hosts}, output[-3000:]  # every host reported
         assert all(n == 0 for n in changes.values()), f"re-run {run} changed something: {changes}"
         assert QUICK in output, f"re-run {run} did not make the quick checks: {output[-3000:]}"
         assert "VERDICT: PASS" in output, output[-3000:]
@@ -111,9 +85,9 @@ def test_no_change_reruns_make_the_quick_checks_and_pass(lab, lab_inventory):
     assert max(times) < RERUN_BOUND_S, times
 
 
-def test_the_quick_checks_fail_naming_a_worker_that_declares_cpus_its_node_lacks(lab, lab_inventory, tmp_path):
+def test_the_quick_checks_fail_naming_a_worker_that_declares_cpus_its_node_lacks(lab, baseline, tmp_path):
     worker = lab.workers[0]
-    inventory = inventory_with(tmp_path / "more_cpus.py", worker["address"], {"ray_num_cpus": 64})
+    inventory = inventory_variant(tmp_path / "more_cpus.py", {"ray_num_cpus": 64}, only=worker["address"])
     code, output = rayrig_check(inventory, "--data", "checks_mode=quick")
     assert code == 1, output[-3000:]
     assert 'checks: quick: checks_mode = "quick"' in output, output[-3000:]
@@ -122,14 +96,14 @@ def test_the_quick_checks_fail_naming_a_worker_that_declares_cpus_its_node_lacks
     ], output[-3000:]
 
 
-def test_the_quick_checks_fail_naming_a_worker_whose_node_stopped_answering(lab, lab_inventory):
+def test_the_quick_checks_fail_naming_a_worker_whose_node_stopped_answering(lab, baseline):
     worker = lab.workers[-1]
     expected = f"not an alive Ray node (expected at {worker['address']})"
     lab.sh(worker, "sudo docker pause ray-node")  # frozen: Ray declares it dead once its health checks give up
     try:
         deadline = time.monotonic() + DEAD_WITHIN_S
         while True:
-            code, output = rayrig_check(lab_inventory, "--data", "checks_mode=quick")
+            code, output = rayrig_check(LAB_INVENTORY, "--data", "checks_mode=quick")
             if code != 0 or time.monotonic() > deadline:
                 break
             time.sleep(5)
@@ -140,11 +114,12 @@ def test_the_quick_checks_fail_naming_a_worker_whose_node_stopped_answering(lab,
     finally:
         lab.sh(worker, "sudo docker unpause ray-node")
         # Its raylet learns it was declared dead and exits; the unit starts the container again and it rejoins.
-        state = wait_for_every_node(lab, REJOIN_WITHIN_S)
-        if len(state["nodes"]) != HOSTS:  # leave the next module a whole cluster whatever happened, and say so
+        everyone = [h["address"] for h in lab.hosts]
+        try:
+            wait_for_alive(lab, HOSTS, REJOIN_WITHIN_S, addresses=everyone)
+        except pytest.fail.Exception:  # leave the next module a whole cluster whatever happened, and say so
             print(f"the unpaused worker did not rejoin within {REJOIN_WITHIN_S} s: restarting its ray-node")
             lab.sh(worker, "sudo systemctl restart ray-node.service")
-            state = wait_for_every_node(lab, REJOIN_WITHIN_S)
-        assert len(state["nodes"]) == HOSTS, f"the unpaused worker did not rejoin: {state['nodes']}"
-    code, output = rayrig_check(lab_inventory, "--data", "checks_mode=quick")
+            wait_for_alive(lab, HOSTS, REJOIN_WITHIN_S, addresses=everyone)
+    code, output = rayrig_check(LAB_INVENTORY, "--data", "checks_mode=quick")
     assert code == 0 and "VERDICT: PASS" in output, output[-3000:]

@@ -20,11 +20,11 @@ import pytest
 
 from deploy.paths import repo_root
 from rayrig.dashboard import free_port
-from tests.e2e.labkit import LAB, Lab, cluster_token
+from tests.e2e.labkit import LAB_INVENTORY, Lab, cluster_token, rayrig, rayrig_background
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
-SUBMIT = [sys.executable, "-m", "rayrig", "submit", "inventories/lab.py"]
+SUBMIT = ["submit", LAB_INVENTORY]
 
 JOB = """
 import sys
@@ -57,13 +57,6 @@ raise RuntimeError("the lab's job says no")
 """
 
 
-def rayrig(command: list[str], timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        command, cwd=repo_root(), env={**os.environ, "RAYRIG_LAB": LAB}, capture_output=True, text=True,
-        timeout=timeout,
-    )  # fmt: skip
-
-
 @pytest.fixture(scope="module")
 def project(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("project")
@@ -72,9 +65,9 @@ def project(tmp_path_factory) -> Path:
     return folder
 
 
-def test_a_job_with_a_working_dir_runs_one_task_on_each_node_and_exits_0(lab: Lab, first_deploy, project):
+def test_a_job_with_a_working_dir_runs_one_task_on_each_node_and_exits_0(lab: Lab, baseline, project):
     names = [h["name"] for h in lab.hosts]
-    result = rayrig([*SUBMIT, "--working-dir", str(project), "--", "python", "job.py", *names])
+    result = rayrig(*SUBMIT, "--working-dir", str(project), "--", "python", "job.py", *names)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     for h in lab.hosts:  # a lab host's hostname is its name; ray-node shares the host's network, and so its name
         assert f"task pinned to {h['name']} ran on {h['name']} ({h['address']})" in result.stdout, result.stdout[-3000:]
@@ -82,26 +75,24 @@ def test_a_job_with_a_working_dir_runs_one_task_on_each_node_and_exits_0(lab: La
     assert cluster_token() not in result.stdout + result.stderr
 
 
-def test_a_job_that_raises_exits_1_with_its_error_line(lab: Lab, first_deploy, project):
-    result = rayrig([*SUBMIT, "--working-dir", str(project), "--", "python", "fail.py"])
+def test_a_job_that_raises_exits_1_with_its_error_line(lab: Lab, baseline, project):
+    result = rayrig(*SUBMIT, "--working-dir", str(project), "--", "python", "fail.py")
     assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]
     assert "about to fail" in result.stdout
     last = result.stderr.strip().splitlines()[-1]
     assert "FAILED: Job entrypoint command failed with exit code 1: RuntimeError: the lab's job says no" in last, last
 
 
-def test_no_wait_returns_the_job_id_and_rays_own_cli_follows_it_with_the_dashboards_export_lines(lab, first_deploy):
-    submitted = rayrig([*SUBMIT, "--no-wait", "--", "python", "-c", "print('from a job nobody waits for')"])
+def test_no_wait_returns_the_job_id_and_rays_own_cli_follows_it_with_the_dashboards_export_lines(lab, baseline):
+    submitted = rayrig(*SUBMIT, "--no-wait", "--", "python", "-c", "print('from a job nobody waits for')")
     assert submitted.returncode == 0, submitted.stderr[-3000:]
     job_id = submitted.stdout.strip()
     assert job_id.startswith("raysubmit_") and "ray job logs -f" in submitted.stderr
     port = free_port()
-    tunnel = subprocess.Popen(
-        [sys.executable, "-m", "rayrig", "dashboard", "inventories/lab.py", "--local-port", str(port),
-         "--local-prometheus-port", str(free_port())],  # not 9090: this machine may run a Prometheus of its own
-        cwd=repo_root(), env={**os.environ, "RAYRIG_LAB": LAB}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        text=True,
-    )  # fmt: skip
+    # not 9090 for Prometheus: this machine may run a Prometheus of its own
+    tunnel = rayrig_background(
+        "dashboard", LAB_INVENTORY, "--local-port", str(port), "--local-prometheus-port", str(free_port())
+    )
     try:
         banner = []  # its length depends on what else it forwards (Prometheus, Grafana): up to the last export
         while len(banner) < 20 and not (banner and banner[-1].startswith("export RAY_AUTH_TOKEN_PATH=")):

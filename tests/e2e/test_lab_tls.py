@@ -1,4 +1,4 @@
-"""Ray TLS with the cluster's CA, end to end on the lab (runs after the token scenarios).
+"""Ray TLS with the cluster's CA, end to end on the lab.
 
 One deploy turns ``ray_tls = "on"`` on every host: three alive nodes, the checks PASS, a
 re-run changes nothing. Clients in a fresh container of the Ray image on a worker (an
@@ -8,33 +8,33 @@ the nodes. The head's GCS port answers a plain-text HTTP/2 request with no HTTP/
 a TLS handshake with the cluster's CA gets the head's certificate. Keys are 0600 on every node
 and on this machine and no key text is in the deploys' output, ``docker inspect`` or the unit's
 journal. Turning TLS off again converges in one run and leaves ray-node as it was before: the
-module ends on ``inventories/lab.py`` (TLS off, the default) for the scenarios after it.
+module starts from the baseline and ends on it (``inventories/lab.py``, TLS off, the default).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import stat
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 
 from cloud import ssh as remote
-from deploy import auth, ray_node, settings, tls
-from deploy.paths import repo_root
+from deploy import ray_node, settings, tls
 from tests.e2e.labkit import (
     HOSTS,
     LAB,
+    LAB_INVENTORY,
     Lab,
     changed_operations,
-    cluster_state,
     deploy,
-    inventory_for_all,
+    inventory_variant,
     ray_ports,
+    ray_status,
+    rayrig,
+    wait_for_alive,
+    with_token,
 )
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -44,13 +44,7 @@ LAB_SETTINGS = settings.merge({"ray_cluster_name": LAB})
 #: Where a test client's files lie on the first worker (its CA, certificate and key).
 CLIENT_DIR = "$HOME/.e2e-tls-client"
 KEY_MARK = "PRIVATE KEY"
-#: ``ray status`` against the head from a throwaway container on a worker, with the cluster's token
-#: (the worker's own copy) and ``{tls}``: Ray's TLS variables, or none.
-RAY_STATUS = (
-    "sudo docker run --rm --network=host -e RAY_AUTH_MODE=token -e RAY_AUTH_TOKEN_PATH=/token "
-    f"--mount type=bind,src={auth.NODE_TOKEN_PATH},dst=/token,readonly {{tls}} {{image}} "
-    "timeout {seconds} ray status --address {head}:{port}"
-)
+#: Ray's TLS variables for a client whose files lie in CLIENT_DIR on the first worker.
 CLIENT_TLS = (
     f"--mount type=bind,src={CLIENT_DIR},dst=/tls,readonly -e RAY_USE_TLS=1 -e RAY_TLS_SERVER_CERT=/tls/client.crt "
     "-e RAY_TLS_SERVER_KEY=/tls/client.key -e RAY_TLS_CA_CERT=/tls/ca.crt"
@@ -135,15 +129,14 @@ def container_env(lab: Lab, h: dict) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def before(lab, first_deploy):
-    """ray-node's configuration before this module changes anything: the scenarios before it end on
-    ``inventories/lab.py`` (TLS off)."""
+def before(lab, baseline):
+    """ray-node's configuration before this module changes anything: the baseline's (TLS off)."""
     return config_hashes(lab)
 
 
 @pytest.fixture(scope="module")
 def tls_inventory(tmp_path_factory) -> Path:
-    return inventory_for_all(tmp_path_factory.mktemp("tls") / "lab_tls.py", {"ray_tls": "on"})
+    return inventory_variant(tmp_path_factory.mktemp("tls") / "lab_tls.py", {"ray_tls": "on"})
 
 
 @pytest.fixture(scope="module")
@@ -156,14 +149,7 @@ def tls_on(lab, before, tls_inventory) -> str:
 def client_files(tls_on, tls_inventory, tmp_path_factory) -> Path:
     """A client certificate from ``rayrig tls client-cert``, its key and the CA's, in a folder of this machine."""
     out = tmp_path_factory.mktemp("client") / "files"
-    result = subprocess.run(
-        [sys.executable, "-m", "rayrig", "tls", "client-cert", str(tls_inventory), "e2e-client", "--out", str(out)],
-        cwd=repo_root(),
-        env={**os.environ, "RAYRIG_LAB": LAB},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    result = rayrig("tls", "client-cert", tls_inventory, "e2e-client", "--out", out, timeout=120)
     OUTPUTS.append(result.stdout + result.stderr)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "export RAY_USE_TLS=1" in result.stdout
@@ -181,17 +167,11 @@ def put_client(lab: Lab, cert: Path, key: Path, ca: Path) -> None:
         assert status == 0, said
 
 
-def ray_status(lab: Lab, with_tls: bool, refused: bool = False) -> tuple[int, str]:
-    """``ray status`` from a worker; a client that should be ``refused`` gets 20 s (Ray retries until its
-    own timeout, about 40 s, before it gives up), one that should get in 60 s."""
-    command = RAY_STATUS.format(
-        tls=CLIENT_TLS if with_tls else "",
-        image=lab.state["image"],
-        head=lab.head["address"],
-        port=ray_ports()["gcs"],
-        seconds=20 if refused else 60,
-    )
-    return remote.run(lab.target(lab.workers[0]), command, timeout=180)
+def tls_ray_status(lab: Lab, with_tls: bool, refused: bool = False) -> tuple[int, str]:
+    """``ray status`` from a worker with the cluster's token; a client that should be ``refused`` gets 20 s
+    (Ray retries until its own timeout, about 40 s, before it gives up), one that should get in 60 s."""
+    env = f"{with_token()} {CLIENT_TLS if with_tls else ''}"
+    return ray_status(lab, env, seconds=20 if refused else 60)
 
 
 def probe_gcs(lab: Lab, with_client: bool) -> dict:
@@ -220,8 +200,7 @@ def is_tls_record(data: bytes) -> bool:
 
 def test_tls_on_three_alive_nodes_and_the_checks_pass(lab, tls_on):
     assert "VERDICT: PASS" in tls_on, tls_on[-3000:]
-    state = cluster_state(lab, expect=HOSTS)
-    assert sorted(n["ip"] for n in state["nodes"]) == sorted(h["address"] for h in lab.hosts)
+    wait_for_alive(lab, HOSTS, addresses=[h["address"] for h in lab.hosts])
     for h in lab.hosts:
         env = container_env(lab, h)
         assert "RAY_USE_TLS=1" in env and f"RAY_TLS_SERVER_KEY={tls.NODE_KEY}" in env, (h["address"], env)
@@ -236,7 +215,7 @@ def test_a_rerun_with_tls_on_changes_nothing(lab, tls_on, tls_inventory):
 
 def test_a_client_with_the_token_but_no_certificate_is_refused(lab, tls_on):
     lab.sh(lab.workers[0], f"rm -rf {CLIENT_DIR}")
-    status, said = ray_status(lab, with_tls=False, refused=True)
+    status, said = tls_ray_status(lab, with_tls=False, refused=True)
     assert status != 0 and said.count("node_") < HOSTS, said[-2000:]
 
 
@@ -246,7 +225,7 @@ def test_a_client_with_a_certificate_of_another_ca_is_refused(lab, tls_on, tmp_p
     cert, key = tls.issue_client_certificate(other, "intruder")
     put_client(lab, cert, key, tls.tls_dir(other) / "ca.crt")
     try:
-        status, said = ray_status(lab, with_tls=True, refused=True)
+        status, said = tls_ray_status(lab, with_tls=True, refused=True)
         assert status != 0 and said.count("node_") < HOSTS, said[-2000:]
     finally:
         lab.sh(lab.workers[0], f"rm -rf {CLIENT_DIR}")
@@ -255,7 +234,7 @@ def test_a_client_with_a_certificate_of_another_ca_is_refused(lab, tls_on, tmp_p
 def test_a_client_with_a_certificate_from_rayrig_tls_client_cert_lists_the_nodes(lab, client_files):
     put_client(lab, client_files / "e2e-client.crt", client_files / "e2e-client.key", client_files / "ca.crt")
     try:
-        status, said = ray_status(lab, with_tls=True)
+        status, said = tls_ray_status(lab, with_tls=True)
         assert status == 0 and said.count("node_") >= HOSTS, said[-2000:]
     finally:
         lab.sh(lab.workers[0], f"rm -rf {CLIENT_DIR}")
@@ -301,14 +280,7 @@ def test_tls_rotate_gives_every_node_a_new_ca_and_refuses_the_old_clients(lab, t
     folder = tls.tls_dir(LAB_SETTINGS)
     old_ca = (folder / "ca.crt").read_bytes()
     ids = {h["address"]: lab.container_id(h) for h in lab.hosts}
-    result = subprocess.run(
-        [sys.executable, "-m", "rayrig", "tls", "rotate", str(tls_inventory), "--data", "checks_enabled=False"],
-        cwd=repo_root(),
-        env={**os.environ, "RAYRIG_LAB": LAB},
-        capture_output=True,
-        text=True,
-        timeout=1800,
-    )
+    result = rayrig("tls", "rotate", tls_inventory, "--data", "checks_enabled=False", timeout=1800)
     OUTPUTS.append(result.stdout + result.stderr)
     assert result.returncode == 0, (result.stdout + result.stderr)[-6000:]
     new_ca = (folder / "ca.crt").read_bytes()
@@ -316,27 +288,25 @@ def test_tls_rotate_gives_every_node_a_new_ca_and_refuses_the_old_clients(lab, t
     for h in lab.hosts:
         assert lab.sh(h, f"sudo cat {tls.NODE_CA_CERT}").encode() == new_ca, h["address"]
         assert lab.container_id(h) != ids[h["address"]], f"ray-node on {h['address']} was not replaced"
-    state = cluster_state(lab, expect=HOSTS)
-    assert sorted(n["ip"] for n in state["nodes"]) == sorted(h["address"] for h in lab.hosts)
+    wait_for_alive(lab, HOSTS, addresses=[h["address"] for h in lab.hosts])
     # A client certificate of the previous CA no longer gets in.
     put_client(lab, client_files / "e2e-client.crt", client_files / "e2e-client.key", client_files / "ca.crt")
     try:
-        status, said = ray_status(lab, with_tls=True, refused=True)
+        status, said = tls_ray_status(lab, with_tls=True, refused=True)
         assert status != 0 and said.count("node_") < HOSTS, said[-2000:]
     finally:
         lab.sh(lab.workers[0], f"rm -rf {CLIENT_DIR}")
 
 
 def test_tls_off_converges_in_one_run_and_leaves_ray_node_as_before(lab, before, tls_on):
-    run_deploy("inventories/lab.py", "--data", "checks_enabled=False")
-    output = run_deploy("inventories/lab.py", "--data", "checks_enabled=False")
+    run_deploy(LAB_INVENTORY, "--data", "checks_enabled=False")
+    output = run_deploy(LAB_INVENTORY, "--data", "checks_enabled=False")
     assert sum(changed_operations(output).values()) == 0, changed_operations(output)
     assert config_hashes(lab) == before
     for h in lab.hosts:
         assert lab.sh(h, f"sudo test -e {tls.NODE_TLS_DIR} && echo THERE || echo GONE").strip() == "GONE"
         assert not [v for v in container_env(lab, h) if v.startswith(("RAY_USE_TLS", "RAY_TLS_"))]
-    state = cluster_state(lab, expect=HOSTS)
-    assert sorted(n["ip"] for n in state["nodes"]) == sorted(h["address"] for h in lab.hosts)
+    wait_for_alive(lab, HOSTS, addresses=[h["address"] for h in lab.hosts])
     plain = bytes.fromhex(probe_gcs(lab, with_client=False)["plain"])
     assert is_http2_frame(plain), f"without TLS the probe should get HTTP/2's SETTINGS: {plain.hex()}"
     assert not [o for o in OUTPUTS if KEY_MARK in o]

@@ -1,4 +1,4 @@
-"""One token for the cluster's life, end to end on the lab (runs after the re-run scenarios).
+"""One token for the cluster's life, end to end on the lab.
 
 A deploy from a fresh clone, on a machine without the local token file, fetches the
 head's token and keeps every node; ``rayrig token rotate`` then gives every node a new
@@ -19,36 +19,29 @@ import pytest
 from cloud import ssh as remote
 from deploy import auth, settings
 from deploy.paths import repo_root, state_dir
-from tests.e2e.labkit import HOSTS, LAB, changed_operations, cluster_state, cluster_token, deploy, ray_ports
+from tests.e2e.labkit import (
+    HOSTS,
+    LAB,
+    LAB_INVENTORY,
+    changed_operations,
+    cluster_token,
+    ray_status,
+    rayrig,
+    wait_for_alive,
+    with_token,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 #: This machine's copy of the lab cluster's token.
 LOCAL = auth.token_path(settings.merge({"ray_cluster_name": LAB}))
-#: ``ray status`` against the head from a throwaway container on a worker; ``{env}`` says which token it presents.
-RAY_STATUS = "sudo docker run --rm --network=host {env} {image} timeout 60 ray status --address {head}:{port}"
-
-
-@pytest.fixture(scope="module")
-def on_lab_inventory(lab, first_deploy):
-    """The cluster deployed from this checkout with the lab's own inventory (whatever ran before)."""
-    result = deploy("inventories/lab.py", "--data", "checks_enabled=False")
-    assert result.returncode == 0, "the deploy of inventories/lab.py failed"
-    return result
 
 
 def node_token(lab, h: dict) -> str:
     return lab.sh(h, f"sudo cat {auth.NODE_TOKEN_PATH}").strip()
 
 
-def ray_status(lab, token_file: str) -> tuple[int, str]:
-    """``ray status`` from the first worker, presenting the token in ``token_file`` (a path on that worker)."""
-    env = f"-e RAY_AUTH_MODE=token -e RAY_AUTH_TOKEN_PATH=/token --mount type=bind,src={token_file},dst=/token,readonly"
-    command = RAY_STATUS.format(env=env, image=lab.state["image"], head=lab.head["address"], port=ray_ports()["gcs"])
-    return remote.run(lab.target(lab.workers[0]), command, timeout=120)
-
-
-def test_a_deploy_from_a_fresh_clone_fetches_the_clusters_token_and_keeps_every_node(lab, on_lab_inventory, tmp_path):
+def test_a_deploy_from_a_fresh_clone_fetches_the_clusters_token_and_keeps_every_node(lab, baseline, tmp_path):
     token = cluster_token()
     assert node_token(lab, lab.head) == token, "the lab does not run this machine's token to begin with"
     ids = {h["address"]: lab.container_id(h) for h in lab.hosts}
@@ -58,7 +51,7 @@ def test_a_deploy_from_a_fresh_clone_fetches_the_clusters_token_and_keeps_every_
         clone = tmp_path / "clone"
         subprocess.run(["git", "clone", "-q", str(repo_root()), str(clone)], check=True, timeout=300)
         result = subprocess.run(
-            [sys.executable, "-m", "pyinfra", "inventories/lab.py", "deploy/cluster.py", "-y"],
+            [sys.executable, "-m", "pyinfra", LAB_INVENTORY, "deploy/cluster.py", "-y"],
             cwd=clone,
             # The clone's own .rayrig/ is empty: the lab (its keys, its hosts) is in this checkout's state dir.
             env={**os.environ, "RAYRIG_LAB": LAB, "RAYRIG_STATE_DIR": str(state_dir())},
@@ -80,16 +73,9 @@ def test_a_deploy_from_a_fresh_clone_fetches_the_clusters_token_and_keeps_every_
             shutil.move(moved, LOCAL)
 
 
-def test_rayrig_token_rotate_gives_every_node_a_new_token_and_ray_refuses_the_old_one(lab, on_lab_inventory):
+def test_rayrig_token_rotate_gives_every_node_a_new_token_and_ray_refuses_the_old_one(lab, baseline):
     old = cluster_token()
-    result = subprocess.run(
-        [sys.executable, "-m", "rayrig", "token", "rotate", "inventories/lab.py"],
-        cwd=repo_root(),
-        env={**os.environ, "RAYRIG_LAB": LAB},
-        capture_output=True,
-        text=True,
-        timeout=1800,
-    )
+    result = rayrig("token", "rotate", LAB_INVENTORY, timeout=1800)
     output = result.stdout + result.stderr
     new = cluster_token()
     assert old not in output and new not in output, "the rotation printed a token"
@@ -98,8 +84,7 @@ def test_rayrig_token_rotate_gives_every_node_a_new_token_and_ray_refuses_the_ol
     assert not auth.backup_path(LOCAL).exists(), "the previous token outlived a rotation that succeeded"
     assert stat.S_IMODE(LOCAL.stat().st_mode) == 0o600
     assert {h["address"]: node_token(lab, h) == new for h in lab.hosts} == {h["address"]: True for h in lab.hosts}
-    state = cluster_state(lab, expect=HOSTS)
-    assert sorted(n["ip"] for n in state["nodes"]) == sorted(h["address"] for h in lab.hosts)
+    wait_for_alive(lab, HOSTS, addresses=[h["address"] for h in lab.hosts])
 
     worker = lab.workers[0]
     status, written = remote.run_with_input(
@@ -107,9 +92,9 @@ def test_rayrig_token_rotate_gives_every_node_a_new_token_and_ray_refuses_the_ol
     )
     assert status == 0, written
     try:
-        status, refused = ray_status(lab, "$HOME/.previous-ray-token")
+        status, refused = ray_status(lab, with_token("$HOME/.previous-ray-token"))
         assert status != 0 and "InvalidAuthToken" in refused, refused[-2000:]
     finally:
         lab.sh(worker, "rm -f ~/.previous-ray-token")
-    status, admitted = ray_status(lab, auth.NODE_TOKEN_PATH)
+    status, admitted = ray_status(lab, with_token())
     assert status == 0 and admitted.count("node_") >= HOSTS, admitted[-2000:]

@@ -6,12 +6,16 @@ process; one process per tier keeps the tiers independent. The tiers run in
 ``TIERS`` order whatever order they are named in, every tier even when an
 earlier one fails; the exit status is non-zero if any failed.
 
-When the e2e tier will run after the plan or cloud tier, the lab it uses comes
-up meanwhile (``python -m tests.e2e.labkit``: the images built the first time,
-the hosts started), in a process of its own whose output goes to a file; the
-e2e tier waits for it, and its lab fixture then finds the lab in place (or
-tries again and fails with its own error). Not during the unit tier: its tests
-on a real local Ray measure time.
+A tier runs in one or more passes. The unit tier's tests on a real local Ray
+(marked ``real_ray``) measure time: they run first and alone, one at a time;
+the rest of the unit tier, and the plan and cloud tiers, run on every core
+(pytest-xdist). The e2e tier shares one lab and runs in one process.
+
+When the e2e tier will run, the lab it uses comes up meanwhile, from the first
+pass that tolerates it (after the real-Ray pass): ``python -m tests.e2e.labkit``
+builds the images the first time and starts the hosts, in a process of its own
+whose output goes to a file; the e2e tier waits for it, and its lab fixture then
+finds the lab in place (or tries again and fails with its own error).
 
 The end is one table of the tiers (tests and seconds each), the ten slowest
 tests of the run, and one closing line, ``N passed, N failed, N skipped``.
@@ -32,12 +36,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 TIERS = ("unit", "plan", "cloud", "e2e")
-#: The tiers the e2e tier's lab may come up alongside: not the unit tier, whose tests on a real
-#: local Ray measure time and would be slowed by the image builds.
-LAB_MEANWHILE = ("plan", "cloud")
-#: pytest-xdist workers per tier, for tiers whose tests are independent and CPU-bound (this
-#: machine has 2 cores). The e2e tier shares one lab and runs in one process.
-WORKERS = {"unit": "2", "plan": "2", "cloud": "2"}
+#: pytest-xdist workers for the passes whose tests are independent and CPU-bound (2 cores here).
+WORKERS = "2"
+
+
+@dataclass(frozen=True)
+class Pass:
+    """One pytest run of a tier: its marker expression, whether on every core, and whether the e2e
+    tier's lab may come up alongside it (the image builds would skew tests that measure time)."""
+
+    tier: str
+    marker: str | None = None
+    parallel: bool = True
+    lab_meanwhile: bool = True
+
+
+PASSES = {
+    "unit": (Pass("unit", "real_ray", parallel=False, lab_meanwhile=False), Pass("unit", "not real_ray")),
+    "plan": (Pass("plan"),),
+    "cloud": (Pass("cloud"),),
+    "e2e": (Pass("e2e", parallel=False, lab_meanwhile=False),),
+}
 SLOWEST = 10
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -55,15 +74,17 @@ class TierResult:
 
 
 def read_junit(junit: Path, result: TierResult) -> TierResult:
-    """Fill ``result``'s counts and test times from a JUnit XML report (an error when pytest wrote none)."""
+    """Add a JUnit XML report's counts and test times to ``result`` (an error when pytest wrote none)."""
     if not junit.exists():
-        result.errors = 1
+        result.errors += 1
         return result
     root = ET.parse(junit).getroot()
     suites = [root] if root.tag == "testsuite" else list(root)
     total = {k: sum(int(s.get(k, 0)) for s in suites) for k in ("tests", "failures", "errors", "skipped")}
-    result.passed = total["tests"] - total["failures"] - total["errors"] - total["skipped"]
-    result.failed, result.errors, result.skipped = total["failures"], total["errors"], total["skipped"]
+    result.passed += total["tests"] - total["failures"] - total["errors"] - total["skipped"]
+    result.failed += total["failures"]
+    result.errors += total["errors"]
+    result.skipped += total["skipped"]
     for case in root.iter("testcase"):
         name = f"{case.get('classname', '')}::{case.get('name', '')}"
         result.times.append((float(case.get("time", 0) or 0), name))
@@ -77,11 +98,15 @@ def ordered(argv: list[str]) -> tuple[list[str], list[str]]:
     return tiers, [a for a in argv if a not in TIERS]
 
 
-def lab_comes_up_meanwhile(tiers: list[str]) -> str | None:
-    """The tier alongside which the e2e tier's lab comes up, or None (the e2e tier brings it up itself)."""
+def passes(tiers: list[str]) -> list[Pass]:
+    return [p for tier in tiers for p in PASSES[tier]]
+
+
+def lab_comes_up_meanwhile(tiers: list[str]) -> Pass | None:
+    """The pass alongside which the e2e tier's lab comes up, or None (the e2e tier brings it up itself)."""
     if "e2e" not in tiers:
         return None
-    return next((t for t in tiers if t in LAB_MEANWHILE), None)
+    return next((p for p in passes(tiers) if p.lab_meanwhile), None)
 
 
 def start_lab(log: Path) -> tuple[subprocess.Popen, Path, float]:
@@ -103,12 +128,13 @@ def wait_for_lab(process: subprocess.Popen, log: Path, started: float) -> None:
         print(log.read_text()[-6000:], flush=True)
 
 
-def pytest_command(tier: str, junit: Path, extra: list[str]) -> list[str]:
-    command = [sys.executable, "-m", "pytest", f"tests/{tier}", f"--junitxml={junit}", *extra]
-    workers = WORKERS.get(tier)
-    if workers and not any(a.startswith(("-n", "--numprocesses", "no:xdist")) for a in extra):
-        command[3:3] = ["-n", workers]
-    return command
+def pytest_command(step: Pass, junit: Path, extra: list[str]) -> list[str]:
+    command = [sys.executable, "-m", "pytest", f"tests/{step.tier}", f"--junitxml={junit}"]
+    if step.marker:
+        command += ["-m", step.marker]
+    if step.parallel and not any(a.startswith(("-n", "--numprocesses", "no:xdist")) for a in extra):
+        command += ["-n", WORKERS]
+    return command + extra
 
 
 def summary(results: list[TierResult]) -> list[str]:
@@ -133,21 +159,24 @@ def summary(results: list[TierResult]) -> list[str]:
 def main(argv: list[str]) -> int:
     tiers, extra = ordered(argv)
     meanwhile = lab_comes_up_meanwhile(tiers)
-    results: list[TierResult] = []
+    results = {tier: TierResult(tier, 0, 0.0) for tier in tiers}
     with tempfile.TemporaryDirectory() as tmp:
         lab = None
-        for tier in tiers:
-            junit = Path(tmp) / f"{tier}.xml"
-            if tier == meanwhile:
+        for number, step in enumerate(passes(tiers)):
+            junit = Path(tmp) / f"{number}-{step.tier}.xml"
+            if step == meanwhile:
                 lab = start_lab(Path(tmp) / "lab-up.log")
-            if tier == "e2e" and lab is not None:
+            if step.tier == "e2e" and lab is not None:
                 wait_for_lab(*lab)
-            print(f"==> tier {tier}", flush=True)
+            print(f"==> tier {step.tier}" + (f" ({step.marker})" if step.marker else ""), flush=True)
             started = time.monotonic()
-            status = subprocess.call(pytest_command(tier, junit, extra), cwd=ROOT)
-            results.append(read_junit(junit, TierResult(tier, status, time.monotonic() - started)))
-    print("\n".join(summary(results)), flush=True)
-    return 0 if all(r.status == 0 for r in results) else 1
+            status = subprocess.call(pytest_command(step, junit, extra), cwd=ROOT)
+            result = read_junit(junit, results[step.tier])
+            result.seconds += time.monotonic() - started
+            if status not in (0, 5) or (status == 5 and not step.marker):  # 5: a marker may select no test
+                result.status = result.status or status
+    print("\n".join(summary(list(results.values()))), flush=True)
+    return 0 if all(r.status == 0 for r in results.values()) else 1
 
 
 if __name__ == "__main__":

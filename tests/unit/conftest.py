@@ -1,8 +1,18 @@
-"""Unit-tier fixtures: a real, local, single-node Ray for the programs the checks run in the head container."""
+"""Unit-tier fixtures: a real, local, single-node Ray for the programs the checks run in the head container.
+
+A test that uses it is marked ``real_ray`` (so are the modules that start a Ray of their own): they
+measure time, and scripts/run_tests.py runs them alone, before the rest of the tier runs on every core.
+"""
 
 from __future__ import annotations
 
 import pytest
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "local_ray" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.real_ray)
 
 
 @pytest.fixture(scope="module")

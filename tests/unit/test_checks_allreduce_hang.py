@@ -23,7 +23,7 @@ ray = pytest.importorskip("ray")
 
 from checks import allreduce, allreduce_plan, cluster_bench, verdict  # noqa: E402
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.real_ray]
 
 FLOOR_S = 8.0  # the deadline of the frozen size (its peer rule gives less on two cores): a short test
 SIZES = allreduce.size_sweep(2**16, 2**18)

@@ -21,7 +21,7 @@ ray = pytest.importorskip("ray")
 
 from checks import cluster_bench, deadlines, devices, verdict  # noqa: E402
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.real_ray]
 
 
 @pytest.fixture(scope="module")

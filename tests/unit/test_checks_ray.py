@@ -20,7 +20,7 @@ ray = pytest.importorskip("ray")
 
 from checks import allreduce, cluster_bench, maths, report, verdict  # noqa: E402
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.real_ray]
 
 SWEEP_TASKS = 32
 

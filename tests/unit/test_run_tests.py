@@ -1,5 +1,5 @@
-"""``scripts/run_tests.py``: the tiers in their order, the background lab only when the e2e tier waits for it,
-one table at the end."""
+"""``scripts/run_tests.py``: the tiers in their order, the real-Ray tests alone, the background lab only when
+the e2e tier waits for it, one table at the end."""
 
 from __future__ import annotations
 
@@ -33,23 +33,30 @@ def test_the_tiers_run_in_their_order_whatever_order_argv_names_them(argv, tiers
 @pytest.mark.parametrize(
     ("tiers", "meanwhile"),
     [
-        (["unit", "plan", "cloud", "e2e"], "plan"),
-        (["cloud", "e2e"], "cloud"),
-        (["unit", "e2e"], None),  # not beside the unit tier's timing tests: the e2e tier brings it up itself
-        (["e2e"], None),
+        (["unit", "plan", "cloud", "e2e"], ("unit", "not real_ray")),  # once the timing tests are done
+        (["e2e", "cloud"], ("cloud", None)),
+        (["e2e"], None),  # the e2e tier brings it up itself
         (["plan", "cloud"], None),  # no e2e tier to wait for it: no lab at all
     ],
 )
 def test_the_background_lab_starts_only_when_the_e2e_tier_will_wait_for_it(tiers, meanwhile):
-    assert run_tests.lab_comes_up_meanwhile(tiers) == meanwhile
+    step = run_tests.lab_comes_up_meanwhile(run_tests.ordered(tiers)[0])
+    assert (step and (step.tier, step.marker)) == meanwhile
 
 
-def test_xdist_workers_for_the_cpu_tiers_unless_argv_says_otherwise(tmp_path):
+def test_the_real_ray_tests_run_first_and_alone_and_the_rest_of_the_cpu_tiers_on_every_core(tmp_path):
     junit = tmp_path / "j.xml"
-    assert run_tests.pytest_command("plan", junit, [])[3:5] == ["-n", "2"]
-    assert "-n" not in run_tests.pytest_command("e2e", junit, [])
-    assert run_tests.pytest_command("unit", junit, ["-n", "0"]).count("-n") == 1
-    assert "-n" not in run_tests.pytest_command("unit", junit, ["-p", "no:xdist"])
+    steps = run_tests.passes(["unit", "plan", "cloud", "e2e"])
+    assert [(s.tier, s.marker) for s in steps] == [
+        ("unit", "real_ray"), ("unit", "not real_ray"), ("plan", None), ("cloud", None), ("e2e", None)
+    ]  # fmt: skip
+    commands = [run_tests.pytest_command(s, junit, ["-x"]) for s in steps]
+    assert commands[0][3:] == ["tests/unit", f"--junitxml={junit}", "-m", "real_ray", "-x"]  # one at a time
+    assert commands[1][3:] == ["tests/unit", f"--junitxml={junit}", "-m", "not real_ray", "-n", "2", "-x"]
+    assert commands[2][3:] == ["tests/plan", f"--junitxml={junit}", "-n", "2", "-x"]
+    assert commands[4][3:] == ["tests/e2e", f"--junitxml={junit}", "-x"]
+    assert run_tests.pytest_command(steps[2], junit, ["-n", "0"]).count("-n") == 1  # argv decides
+    assert "-n" not in run_tests.pytest_command(steps[2], junit, ["-p", "no:xdist"])
 
 
 def test_the_summary_is_one_table_the_slowest_tests_and_the_closing_line(tmp_path: Path):
@@ -62,9 +69,11 @@ def test_the_summary_is_one_table_the_slowest_tests_and_the_closing_line(tmp_pat
         "</testsuite></testsuites>"
     )
     unit = run_tests.read_junit(report, run_tests.TierResult("unit", 1, 12.0))
+    run_tests.read_junit(report, unit)  # a second pass of the same tier adds up
+    assert (unit.passed, unit.failed, unit.skipped, len(unit.times)) == (2, 2, 2, 6)
     missing = run_tests.read_junit(tmp_path / "none.xml", run_tests.TierResult("e2e", 4, 1.0))
     lines = run_tests.summary([unit, missing])
     assert sum("==> time per tier" in line for line in lines) == 1
-    assert "     1 passed    1 failed    0 errors    1 skipped  FAILED (pytest exit 1)" in lines[2]
-    assert lines[lines.index("==> the 3 slowest tests") + 1] == "       9.2 s  unit: tests.unit.test_a::test_slow"
-    assert lines[-1] == "1 passed, 2 failed, 1 skipped"  # the e2e tier wrote no report: one error
+    assert "     2 passed    2 failed    0 errors    2 skipped  FAILED (pytest exit 1)" in lines[2]
+    assert lines[lines.index("==> the 6 slowest tests") + 1] == "       9.2 s  unit: tests.unit.test_a::test_slow"
+    assert lines[-1] == "2 passed, 3 failed, 2 skipped"  # the e2e tier wrote no report: one error

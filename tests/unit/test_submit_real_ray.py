@@ -22,7 +22,7 @@ import pytest
 from deploy import auth
 from rayrig import dashboard, jobs
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.real_ray]
 
 DRIVER = """
 import sys

@@ -86,11 +86,15 @@ def lab():
 def first_deploy(lab):
     """The first deploy, through the head's image mirror: every later scenario finds the mirror
     running, and the deploys that leave ``image_mirror`` at its default take no notice of it."""
-    started = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    started = utc_now()
     result = deploy(LAB_INVENTORY, "--data", "image_mirror=head")
     assert result.returncode == 0, "the first deploy failed"
-    result.started = started  # the upstream registry's log from here on is this deploy's
+    result.started, result.ended = started, utc_now()  # the upstream registry's log in between is this deploy's
     return result
+
+
+def utc_now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 #: The signature of the baseline deployment, taken once a deploy of inventories/lab.py succeeded.

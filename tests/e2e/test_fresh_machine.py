@@ -30,7 +30,7 @@ from deploy.paths import repo_root
 from images import context_dir
 from images.build import docker_build
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.no_lab]
 
 IMAGE = "rayrig-e2e/fresh-debian:12"
 USER = "newcomer"

@@ -25,7 +25,7 @@ from images.project_layer import PROJECT_MARKER, build_project_wheelhouse, build
 from images.stream import CommandError
 from images.wheelhouse import build_wheelhouse
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.no_lab]
 
 RAY_TAG = f"rayrig-e2e/ray:{RAY_VERSION}"
 PROJECT_TAG = "rayrig-e2e/project:1"

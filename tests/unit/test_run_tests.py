@@ -35,7 +35,7 @@ def test_the_tiers_run_in_their_order_whatever_order_argv_names_them(argv, tiers
     [
         (["unit", "plan", "cloud", "e2e"], ("unit", "not real_ray")),  # once the timing tests are done
         (["e2e", "cloud"], ("cloud", None)),
-        (["e2e"], None),  # the e2e tier brings it up itself
+        (["e2e"], ("e2e", "no_lab")),  # beside the e2e tests that need Docker alone
         (["plan", "cloud"], None),  # no e2e tier to wait for it: no lab at all
     ],
 )
@@ -48,13 +48,15 @@ def test_the_real_ray_tests_run_first_and_alone_and_the_rest_of_the_cpu_tiers_on
     junit = tmp_path / "j.xml"
     steps = run_tests.passes(["unit", "plan", "cloud", "e2e"])
     assert [(s.tier, s.marker) for s in steps] == [
-        ("unit", "real_ray"), ("unit", "not real_ray"), ("plan", None), ("cloud", None), ("e2e", None)
+        ("unit", "real_ray"), ("unit", "not real_ray"), ("plan", None), ("cloud", None), ("e2e", "no_lab"),
+        ("e2e", "not no_lab"),
     ]  # fmt: skip
+    assert [s.needs_lab for s in steps] == [False] * 5 + [True]  # the lab is waited for by the pass that uses it
     commands = [run_tests.pytest_command(s, junit, ["-x"]) for s in steps]
     assert commands[0][3:] == ["tests/unit", f"--junitxml={junit}", "-m", "real_ray", "-x"]  # one at a time
     assert commands[1][3:] == ["tests/unit", f"--junitxml={junit}", "-m", "not real_ray", "-n", "2", "-x"]
     assert commands[2][3:] == ["tests/plan", f"--junitxml={junit}", "-n", "2", "-x"]
-    assert commands[4][3:] == ["tests/e2e", f"--junitxml={junit}", "-x"]
+    assert commands[5][3:] == ["tests/e2e", f"--junitxml={junit}", "-m", "not no_lab", "-x"]
     assert run_tests.pytest_command(steps[2], junit, ["-n", "0"]).count("-n") == 1  # argv decides
     assert "-n" not in run_tests.pytest_command(steps[2], junit, ["-p", "no:xdist"])
 

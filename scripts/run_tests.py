@@ -9,8 +9,10 @@ earlier one fails; the exit status is non-zero if any failed.
 A tier runs in one or more passes. The unit tier's tests on a real local Ray
 (marked ``real_ray``) measure time: they run first and alone, one at a time;
 the rest of the unit tier, and the plan and cloud tiers, run on every core
-(pytest-xdist). The e2e tier runs in one process at a time: first its modules that need Docker
-but not the lab (marked ``no_lab``), then those that share the lab.
+(pytest-xdist). The e2e tier runs first its modules that need Docker but not the lab (marked
+``no_lab``), one at a time, then the lab's scenarios on two workers with a lab
+each (``--dist loadfile``: a module stays on one worker and its lab; each module
+starts from its baseline, so any worker may take any module).
 
 When the e2e tier will run, the lab it uses comes up meanwhile, from the first
 pass that tolerates it (after the real-Ray pass): ``python -m tests.e2e.labkit``
@@ -51,6 +53,7 @@ class Pass:
     parallel: bool = True
     lab_meanwhile: bool = True
     needs_lab: bool = False
+    dist: str | None = None  # xdist's --dist: "loadfile" keeps a module on one worker (and its lab)
 
 
 PASSES = {
@@ -59,7 +62,8 @@ PASSES = {
     "cloud": (Pass("cloud"),),
     "e2e": (
         Pass("e2e", "no_lab", parallel=False),  # Docker but not the lab: while the lab comes up
-        Pass("e2e", "not no_lab", parallel=False, lab_meanwhile=False, needs_lab=True),
+        # one lab per worker; a module and its tests stay on one worker, in MODULE_ORDER as workers free up
+        Pass("e2e", "not no_lab", lab_meanwhile=False, needs_lab=True, dist="loadfile"),
     ),
 }
 SLOWEST = 10
@@ -114,13 +118,13 @@ def lab_comes_up_meanwhile(tiers: list[str]) -> Pass | None:
     return next((p for p in passes(tiers) if p.lab_meanwhile), None)
 
 
-def start_lab(log: Path) -> tuple[subprocess.Popen, Path, float]:
-    """Bring the e2e tier's lab up in the background, its output to ``log``."""
-    print(f"==> the e2e tier's lab comes up meanwhile (its output: {log})", flush=True)
+def start_lab(log: Path, workers: int) -> tuple[subprocess.Popen, Path, float]:
+    """Bring the e2e tier's labs (one per xdist worker) up in the background, their output to ``log``."""
+    print(f"==> the e2e tier's labs come up meanwhile (their output: {log})", flush=True)
     with log.open("w") as out:
         process = subprocess.Popen(
-            [sys.executable, "-m", "tests.e2e.labkit"], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            [sys.executable, "-m", "tests.e2e.labkit", str(workers)], cwd=ROOT, stdout=out,
+            stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )  # fmt: skip
     return process, log, time.monotonic()
 
@@ -137,9 +141,24 @@ def pytest_command(step: Pass, junit: Path, extra: list[str]) -> list[str]:
     command = [sys.executable, "-m", "pytest", f"tests/{step.tier}", f"--junitxml={junit}"]
     if step.marker:
         command += ["-m", step.marker]
-    if step.parallel and not any(a.startswith(("-n", "--numprocesses", "no:xdist")) for a in extra):
-        command += ["-n", WORKERS]
+    if step.parallel and not argv_workers(extra):
+        command += ["-n", WORKERS] + (["--dist", step.dist] if step.dist else [])
     return command + extra
+
+
+def argv_workers(extra: list[str]) -> bool:
+    """Whether the extra arguments already say how many xdist workers (or none)."""
+    return any(a.startswith(("-n", "--numprocesses", "no:xdist")) for a in extra)
+
+
+def lab_workers(extra: list[str]) -> int:
+    """How many labs the e2e tier's lab pass uses: one per xdist worker (0: no workers, one lab)."""
+    if argv_workers(extra):
+        for flag, value in zip(extra, extra[1:], strict=False):
+            if flag in ("-n", "--numprocesses") and value.isdigit():
+                return int(value)
+        return 0
+    return int(WORKERS) if PASSES["e2e"][-1].parallel else 0
 
 
 def summary(results: list[TierResult]) -> list[str]:
@@ -170,7 +189,7 @@ def main(argv: list[str]) -> int:
         for number, step in enumerate(passes(tiers)):
             junit = Path(tmp) / f"{number}-{step.tier}.xml"
             if step == meanwhile:
-                lab = start_lab(Path(tmp) / "lab-up.log")
+                lab = start_lab(Path(tmp) / "lab-up.log", lab_workers(extra))
             if step.needs_lab and lab is not None:
                 wait_for_lab(*lab)
                 lab = None

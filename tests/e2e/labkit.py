@@ -28,7 +28,15 @@ from cloud import ssh as remote
 from deploy import auth, firewall, ray_node, settings
 from deploy.paths import repo_root
 
-LAB = os.environ.get("RAYRIG_E2E_LAB", "rayrig-e2e")
+
+def lab_name(worker: str = "") -> str:
+    """The lab of a pytest-xdist worker (``gw0``, ``gw1``: one lab each), or of a run without workers."""
+    base = os.environ.get("RAYRIG_E2E_LAB", "rayrig-e2e")
+    return f"{base}-{worker}" if worker else base
+
+
+#: This process's lab: the e2e tier on N workers runs N labs side by side, one per worker.
+LAB = lab_name(os.environ.get("PYTEST_XDIST_WORKER", ""))
 HOSTS = 3
 LAB_INVENTORY = "inventories/lab.py"
 
@@ -306,5 +314,11 @@ def baseline_signature(lab: Lab) -> dict[str, str] | None:
     return found
 
 
-if __name__ == "__main__":  # python -m tests.e2e.labkit: the e2e tier's lab up, ahead of it (scripts/run_tests.py)
-    local.up(hosts=HOSTS, name=LAB)
+def labs_for(workers: int) -> list[str]:
+    """The labs an e2e tier on ``workers`` pytest-xdist workers uses (0: no workers, one lab)."""
+    return [lab_name(f"gw{n}") for n in range(workers)] if workers else [lab_name()]
+
+
+if __name__ == "__main__":  # python -m tests.e2e.labkit [WORKERS]: the e2e tier's labs up ahead of it (run_tests.py)
+    for name in labs_for(int(sys.argv[1]) if len(sys.argv) > 1 else 0):
+        local.up(hosts=HOSTS, name=name)

@@ -56,9 +56,16 @@ def test_the_real_ray_tests_run_first_and_alone_and_the_rest_of_the_cpu_tiers_on
     assert commands[0][3:] == ["tests/unit", f"--junitxml={junit}", "-m", "real_ray", "-x"]  # one at a time
     assert commands[1][3:] == ["tests/unit", f"--junitxml={junit}", "-m", "not real_ray", "-n", "2", "-x"]
     assert commands[2][3:] == ["tests/plan", f"--junitxml={junit}", "-n", "2", "-x"]
-    assert commands[5][3:] == ["tests/e2e", f"--junitxml={junit}", "-m", "not no_lab", "-x"]
+    assert commands[4][3:] == ["tests/e2e", f"--junitxml={junit}", "-m", "no_lab", "-x"]
+    e2e_lab = ["tests/e2e", f"--junitxml={junit}", "-m", "not no_lab", "-n", "2", "--dist", "loadfile", "-x"]
+    assert commands[5][3:] == e2e_lab  # one lab per worker, a module on one of them
     assert run_tests.pytest_command(steps[2], junit, ["-n", "0"]).count("-n") == 1  # argv decides
     assert "-n" not in run_tests.pytest_command(steps[2], junit, ["-p", "no:xdist"])
+
+
+@pytest.mark.parametrize(("extra", "labs"), [([], 2), (["-n", "3"], 3), (["-n", "0"], 0), (["-p", "no:xdist"], 0)])
+def test_one_background_lab_per_e2e_worker(extra, labs):
+    assert run_tests.lab_workers(extra) == labs
 
 
 def test_the_summary_is_one_table_the_slowest_tests_and_the_closing_line(tmp_path: Path):

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from cloud.lab.build import ensure_rootfs
+from cloud.lab.engine import image_lock
 from deploy.paths import state_dir
 from images import RAY_VERSION
 from images.build import build_image, docker_image_inspect
@@ -45,7 +46,8 @@ def layers(tag: str) -> list[str]:
 @pytest.fixture(scope="module")
 def wheelhouse(tmp_path_factory) -> Path:
     """A copy of the lab's Ray wheelhouse (hard links where they can be), so project/ stays the test's."""
-    ray_wheels = build_wheelhouse(state_dir() / f"wheelhouse-{RAY_VERSION}", RAY_VERSION, progress=print)
+    with image_lock():  # the lab's builds, which may be running beside this module, share this wheelhouse
+        ray_wheels = build_wheelhouse(state_dir() / f"wheelhouse-{RAY_VERSION}", RAY_VERSION, progress=print)
     folder = tmp_path_factory.mktemp("wheelhouse")
     for wheel in ray_wheels.glob("*.whl"):
         try:
@@ -65,9 +67,10 @@ def images_built_here():
 def build(requirements: Path, wheelhouse: Path, tag: str = PROJECT_TAG) -> tuple[list[str], float]:
     shown: list[str] = []
     started = time.monotonic()
-    build_with_requirements(
-        tag, requirements, RAY_TAG, base_image=ensure_rootfs(print), wheelhouse=wheelhouse, progress=shown.append
-    )
+    with image_lock():  # after the lab's own Ray image build, if one runs now: Docker's cache then answers
+        build_with_requirements(
+            tag, requirements, RAY_TAG, base_image=ensure_rootfs(print), wheelhouse=wheelhouse, progress=shown.append
+        )
     print("\n".join(shown))
     return shown, time.monotonic() - started
 
@@ -102,7 +105,8 @@ def test_a_requirements_change_rebuilds_the_project_layer_only(tmp_path, wheelho
 
     # Even a forced build of the Ray image is Docker's cache answering its install step.
     forced: list[str] = []
-    build_image(RAY_TAG, base_image=ensure_rootfs(print), wheelhouse=wheelhouse, progress=forced.append, force=True)
+    with image_lock():
+        build_image(RAY_TAG, base_image=ensure_rootfs(print), wheelhouse=wheelhouse, progress=forced.append, force=True)
     print("\n".join(forced))
     step = next(i for i, line in enumerate(forced) if "install-ray.sh" in line and "RUN" in line)
     assert "Using cache" in forced[step + 1] or forced[step + 1].endswith(" CACHED"), forced[step : step + 3]

@@ -142,7 +142,8 @@ def pytest_command(step: Pass, junit: Path, extra: list[str]) -> list[str]:
     if step.marker:
         command += ["-m", step.marker]
     if step.parallel and not argv_workers(extra):
-        command += ["-n", WORKERS] + (["--dist", step.dist] if step.dist else [])
+        # --no-loadscope-reorder: modules in collection order (MODULE_ORDER), not by their number of tests
+        command += ["-n", WORKERS] + (["--dist", step.dist, "--no-loadscope-reorder"] if step.dist else [])
     return command + extra
 
 

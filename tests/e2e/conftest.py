@@ -6,9 +6,10 @@ cluster it needs with the ``baseline`` fixture: the lab's 3 hosts deployed from
 (a host's ray-node configuration hash or image, rayrig's firewall table, the node exporter), so any
 module passes alone on a fresh lab and the tier passes in any order.
 
-The modules run in ``MODULE_ORDER``, which only saves deploys (each module says why it sits where
-it does); ``RAYRIG_E2E_ORDER=reverse`` runs them the other way round. ``test_lab_down`` runs last
-either way: it takes the lab down and checks that nothing is left.
+The modules run in ``MODULE_ORDER``: longest first, so that two workers (a lab each, a module on
+one of them: scripts/run_tests.py) finish together, and monitoring off last, which saves the deploy
+that would turn it on again. ``RAYRIG_E2E_ORDER=reverse`` runs them the other way round.
+``test_lab_down`` runs last either way: it takes its lab down and checks that nothing is left.
 """
 
 from __future__ import annotations
@@ -38,18 +39,20 @@ from tests.e2e.labkit import (
 MODULE_ORDER = (
     "test_fresh_machine",  # no lab: a fresh machine's first make step
     "test_image_layers",  # no lab: the image layers with real Docker
-    "test_lab_cluster",  # bring-up, security, storage, boot order (reads the first deploy's output)
-    "test_lab_checks",  # the checks on a sick cluster: a starved worker, a paused one
-    "test_lab_operate",  # day to day: status (and a stopped worker), exec on every host, a host's logs
-    "test_lab_submit",  # a job from this machine through the head's tunnel; Ray's CLI with the export lines
-    "test_lab_rerun",  # re-runs: what they change, what they check
-    "test_lab_monitoring",  # node exporters and Prometheus: every node scraped, ports members-only, loopback
-    "test_lab_monitoring_checks",  # the checks read Prometheus: a stopped node exporter is named
-    "test_lab_token",  # one token for the cluster's life
-    "test_lab_tls",  # Ray TLS with the cluster's CA: on, clients refused and admitted, off again
-    "test_lab_rolling",  # rolling changes and head failure
-    "test_lab_membership",  # grow and shrink
-    "test_lab_monitoring_off",  # monitoring off: last, so that no baseline deploy turns it on again
+    # The lab's scenarios, longest first (a module's minutes in a run of the tier in brackets), so that
+    # two workers, each with a lab, finish together.
+    "test_lab_cluster",  # [6.5] bring-up, security, storage, boot order (reads the first deploy's output)
+    "test_lab_rolling",  # [6.4] rolling changes and head failure
+    "test_lab_tls",  # [5.2] Ray TLS with the cluster's CA: on, clients refused and admitted, off again
+    "test_lab_checks",  # [4.5] the checks on a sick cluster: a starved worker, a paused one
+    "test_lab_membership",  # [4.0] grow and shrink
+    "test_lab_rerun",  # [2.4] re-runs: what they change, what they check
+    "test_lab_monitoring_checks",  # [2.0] the checks read Prometheus: a stopped node exporter is named
+    "test_lab_token",  # [1.6] one token for the cluster's life
+    "test_lab_submit",  # [0.6] a job from this machine through the head's tunnel; Ray's CLI with the export lines
+    "test_lab_operate",  # [0.5] day to day: status (and a stopped worker), exec on every host, a host's logs
+    "test_lab_monitoring",  # [0.2] node exporters and Prometheus: every node scraped, ports members-only, loopback
+    "test_lab_monitoring_off",  # [1.4] monitoring off: last, so that no baseline deploy turns it on again
     "test_lab_down",  # teardown leaves nothing: always last
 )
 LAST = "test_lab_down"

@@ -57,7 +57,8 @@ def test_the_real_ray_tests_run_first_and_alone_and_the_rest_of_the_cpu_tiers_on
     assert commands[1][3:] == ["tests/unit", f"--junitxml={junit}", "-m", "not real_ray", "-n", "2", "-x"]
     assert commands[2][3:] == ["tests/plan", f"--junitxml={junit}", "-n", "2", "-x"]
     assert commands[4][3:] == ["tests/e2e", f"--junitxml={junit}", "-m", "no_lab", "-x"]
-    e2e_lab = ["tests/e2e", f"--junitxml={junit}", "-m", "not no_lab", "-n", "2", "--dist", "loadfile", "-x"]
+    e2e_lab = ["tests/e2e", f"--junitxml={junit}", "-m", "not no_lab", "-n", "2", "--dist", "loadfile",
+               "--no-loadscope-reorder", "-x"]  # fmt: skip
     assert commands[5][3:] == e2e_lab  # one lab per worker, a module on one of them
     assert run_tests.pytest_command(steps[2], junit, ["-n", "0"]).count("-n") == 1  # argv decides
     assert "-n" not in run_tests.pytest_command(steps[2], junit, ["-p", "no:xdist"])

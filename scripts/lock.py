@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 import sys
+import sysconfig
 from importlib import metadata
 from pathlib import Path
 
@@ -32,9 +33,11 @@ def canonical(name: str) -> str:
 
 
 def installed() -> dict[str, str]:
-    """Every distribution of this interpreter's environment, by canonical name."""
+    """Every distribution installed in this interpreter's environment (its site-packages, not whatever
+    else is on sys.path: ``import ray`` adds the packages Ray vendors), by canonical name."""
+    paths = sorted({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]})
     found: dict[str, str] = {}
-    for dist in metadata.distributions():
+    for dist in metadata.distributions(path=paths):
         name = dist.metadata["Name"]
         if name:
             found[canonical(name)] = dist.version

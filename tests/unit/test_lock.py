@@ -86,6 +86,16 @@ def test_the_check_names_each_difference_between_the_venv_and_the_lock():
     ]
 
 
+def test_what_is_installed_is_read_from_site_packages_alone(monkeypatch, tmp_path):
+    """``import ray`` puts the packages Ray vendors on sys.path: they are not installed in the venv."""
+    vendored = tmp_path / "thirdparty_files" / "vendored_only-1.0.dist-info"
+    vendored.mkdir(parents=True)
+    (vendored / "METADATA").write_text("Metadata-Version: 2.1\nName: vendored-only\nVersion: 1.0\n")
+    monkeypatch.syspath_prepend(str(vendored.parent))
+    assert "vendored-only" not in lock_script.installed()
+    assert "pytest" in lock_script.installed()
+
+
 def test_this_venv_is_the_lock_when_make_venv_made_it():
     """The suite runs in the venv make venv made: it holds the lock's versions and nothing unlocked."""
     if not (repo_root() / ".venv" / ".installed").exists() or not sys.prefix.startswith(str(repo_root() / ".venv")):

@@ -8,8 +8,10 @@ earlier one fails; the exit status is non-zero if any failed.
 
 A tier runs in one or more passes. The unit tier's tests on a real local Ray
 (marked ``real_ray``) measure time: they run first and alone, one at a time;
-the rest of the unit tier, and the plan and cloud tiers, run on every core
-(pytest-xdist). The e2e tier runs first its modules that need Docker but not the lab (marked
+the rest of the unit tier and the cloud tier run on every core (pytest-xdist),
+and the plan tier in two pytest processes side by side, each on half its files
+(pyinfra's command-line module patches its process with gevent, which stalls
+xdist's workers). The e2e tier runs first its modules that need Docker but not the lab (marked
 ``no_lab``), one at a time, then the lab's scenarios on two workers with a lab
 each (``--dist loadfile``: a module stays on one worker and its lab; each module
 starts from its baseline, so any worker may take any module).
@@ -54,11 +56,13 @@ class Pass:
     lab_meanwhile: bool = True
     needs_lab: bool = False
     dist: str | None = None  # xdist's --dist: "loadfile" keeps a module on one worker (and its lab)
+    shards: int = 0  # instead of xdist: this many pytest processes side by side, each on some of the files
 
 
 PASSES = {
     "unit": (Pass("unit", "real_ray", parallel=False, lab_meanwhile=False), Pass("unit", "not real_ray")),
-    "plan": (Pass("plan"),),
+    # pyinfra's CLI module patches its process with gevent, which stalls xdist's workers: shards instead
+    "plan": (Pass("plan", parallel=False, shards=int(WORKERS)),),
     "cloud": (Pass("cloud"),),
     "e2e": (
         Pass("e2e", "no_lab", parallel=False),  # Docker but not the lab: while the lab comes up
@@ -162,6 +166,37 @@ def lab_workers(extra: list[str]) -> int:
     return int(WORKERS) if PASSES["e2e"][-1].parallel else 0
 
 
+def shard_files(tier: str, shards: int) -> list[list[str]]:
+    """The tier's test files in ``shards`` lists of about the same size (largest first, each to the
+    lightest list so far): each list is one pytest process."""
+    files = sorted((ROOT / "tests" / tier).glob("test_*.py"), key=lambda f: (-f.stat().st_size, f.name))
+    lists: list[list[str]] = [[] for _ in range(shards)]
+    sizes = [0] * shards
+    for f in files:
+        lightest = sizes.index(min(sizes))
+        lists[lightest].append(str(f.relative_to(ROOT)))
+        sizes[lightest] += f.stat().st_size
+    return [sorted(x) for x in lists if x]
+
+
+def run_shards(step: Pass, junit: Path, extra: list[str]) -> tuple[int, list[Path]]:
+    """Run the pass's shards side by side; print each one's output once all are done. The worst exit
+    status (5, no test in a shard, counts as none) and the reports they wrote."""
+    runs = []
+    for n, files in enumerate(shard_files(step.tier, step.shards)):
+        report = junit.with_name(f"{junit.stem}-{n}.xml")
+        log = junit.with_name(f"{junit.stem}-{n}.log")
+        command = [sys.executable, "-m", "pytest", *files, f"--junitxml={report}", *extra]
+        with log.open("w") as out:
+            runs.append((subprocess.Popen(command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT), report, log))
+    statuses = []
+    for process, _report, log in runs:
+        status = process.wait()
+        statuses.append(0 if status == 5 else status)
+        print(log.read_text(), end="", flush=True)
+    return max(statuses), [report for _process, report, _log in runs]
+
+
 def summary(results: list[TierResult]) -> list[str]:
     """The table of the tiers, the slowest tests, and the closing line."""
     lines = ["", "==> time per tier"]
@@ -196,8 +231,13 @@ def main(argv: list[str]) -> int:
                 lab = None
             print(f"==> tier {step.tier}" + (f" ({step.marker})" if step.marker else ""), flush=True)
             started = time.monotonic()
-            status = subprocess.call(pytest_command(step, junit, extra), cwd=ROOT)
-            result = read_junit(junit, results[step.tier])
+            if step.shards:
+                status, reports = run_shards(step, junit, extra)
+            else:
+                status, reports = subprocess.call(pytest_command(step, junit, extra), cwd=ROOT), [junit]
+            result = results[step.tier]
+            for report in reports:
+                read_junit(report, result)
             result.seconds += time.monotonic() - started
             if status not in (0, 5) or (status == 5 and not step.marker):  # 5: a marker may select no test
                 result.status = result.status or status

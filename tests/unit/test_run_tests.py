@@ -55,13 +55,22 @@ def test_the_real_ray_tests_run_first_and_alone_and_the_rest_of_the_cpu_tiers_on
     commands = [run_tests.pytest_command(s, junit, ["-x"]) for s in steps]
     assert commands[0][3:] == ["tests/unit", f"--junitxml={junit}", "-m", "real_ray", "-x"]  # one at a time
     assert commands[1][3:] == ["tests/unit", f"--junitxml={junit}", "-m", "not real_ray", "-n", "2", "-x"]
-    assert commands[2][3:] == ["tests/plan", f"--junitxml={junit}", "-n", "2", "-x"]
+    assert commands[3][3:] == ["tests/cloud", f"--junitxml={junit}", "-n", "2", "-x"]
+    assert steps[2].shards == 2 and not steps[2].parallel  # the plan tier: gevent stalls xdist's workers
     assert commands[4][3:] == ["tests/e2e", f"--junitxml={junit}", "-m", "no_lab", "-x"]
     e2e_lab = ["tests/e2e", f"--junitxml={junit}", "-m", "not no_lab", "-n", "2", "--dist", "loadfile",
                "--no-loadscope-reorder", "-x"]  # fmt: skip
     assert commands[5][3:] == e2e_lab  # one lab per worker, a module on one of them
-    assert run_tests.pytest_command(steps[2], junit, ["-n", "0"]).count("-n") == 1  # argv decides
-    assert "-n" not in run_tests.pytest_command(steps[2], junit, ["-p", "no:xdist"])
+    assert run_tests.pytest_command(steps[3], junit, ["-n", "0"]).count("-n") == 1  # argv decides
+    assert "-n" not in run_tests.pytest_command(steps[3], junit, ["-p", "no:xdist"])
+
+
+def test_the_plan_tiers_shards_hold_each_file_once_in_two_lists_of_about_the_same_size():
+    shards = run_tests.shard_files("plan", 2)
+    files = sorted(str(f.relative_to(repo_root())) for f in (repo_root() / "tests" / "plan").glob("test_*.py"))
+    assert len(shards) == 2 and sorted(shards[0] + shards[1]) == files
+    sizes = [sum((repo_root() / f).stat().st_size for f in shard) for shard in shards]
+    assert max(sizes) <= 1.25 * min(sizes), sizes
 
 
 @pytest.mark.parametrize(("extra", "labs"), [([], 2), (["-n", "3"], 3), (["-n", "0"], 0), (["-p", "no:xdist"], 0)])

@@ -11,10 +11,10 @@ A tier runs in one or more passes. The unit tier's tests on a real local Ray
 the rest of the unit tier and the cloud tier run on every core (pytest-xdist),
 and the plan tier in two pytest processes side by side, each on half its files
 (pyinfra's command-line module patches its process with gevent, which stalls
-xdist's workers). The e2e tier runs first its modules that need Docker but not the lab (marked
-``no_lab``), one at a time, then the lab's scenarios on two workers with a lab
-each (``--dist loadfile``: a module stays on one worker and its lab; each module
-starts from its baseline, so any worker may take any module).
+xdist's workers). The e2e tier runs the lab's scenarios on two workers with a lab each (``--dist
+loadfile``: a module stays on one worker and its lab; each module starts from its
+baseline, so any worker may take any module), and beside them, in a process of
+their own, its modules that need Docker but not the lab (marked ``no_lab``).
 
 When the e2e tier will run, the lab it uses comes up meanwhile, from the first
 pass that tolerates it (after the real-Ray pass): ``python -m tests.e2e.labkit``
@@ -57,6 +57,7 @@ class Pass:
     needs_lab: bool = False
     dist: str | None = None  # xdist's --dist: "loadfile" keeps a module on one worker (and its lab)
     shards: int = 0  # instead of xdist: this many pytest processes side by side, each on some of the files
+    beside_next: bool = False  # runs in the background beside the next pass (its output printed after)
 
 
 PASSES = {
@@ -65,7 +66,8 @@ PASSES = {
     "plan": (Pass("plan", parallel=False, shards=int(WORKERS)),),
     "cloud": (Pass("cloud"),),
     "e2e": (
-        Pass("e2e", "no_lab", parallel=False),  # Docker but not the lab: while the lab comes up
+        # Docker but not the lab: beside the lab's scenarios, which mostly wait on the lab
+        Pass("e2e", "no_lab", parallel=False, beside_next=True),
         # one lab per worker; a module and its tests stay on one worker, in MODULE_ORDER as workers free up
         Pass("e2e", "not no_lab", lab_meanwhile=False, needs_lab=True, dist="loadfile"),
     ),
@@ -216,12 +218,19 @@ def summary(results: list[TierResult]) -> list[str]:
     return lines
 
 
+def note_status(result: TierResult, step: Pass, status: int) -> None:
+    """A pass's exit status on its tier (5, no test, is a failure only where no marker selects)."""
+    if status not in (0, 5) or (status == 5 and not step.marker):
+        result.status = result.status or status
+
+
 def main(argv: list[str]) -> int:
     tiers, extra = ordered(argv)
     meanwhile = lab_comes_up_meanwhile(tiers)
     results = {tier: TierResult(tier, 0, 0.0) for tier in tiers}
     with tempfile.TemporaryDirectory() as tmp:
         lab = None
+        beside = None  # a pass running in the background: (its step, process, junit, log, started)
         for number, step in enumerate(passes(tiers)):
             junit = Path(tmp) / f"{number}-{step.tier}.xml"
             if step == meanwhile:
@@ -231,6 +240,14 @@ def main(argv: list[str]) -> int:
                 lab = None
             print(f"==> tier {step.tier}" + (f" ({step.marker})" if step.marker else ""), flush=True)
             started = time.monotonic()
+            if step.beside_next:
+                log = junit.with_suffix(".log")
+                with log.open("w") as out:
+                    process = subprocess.Popen(pytest_command(step, junit, extra), cwd=ROOT, stdout=out,
+                                               stderr=subprocess.STDOUT)  # fmt: skip
+                print(f"    in the background, beside the next pass (its output: {log})", flush=True)
+                beside = (step, process, junit, log, started)
+                continue
             if step.shards:
                 status, reports = run_shards(step, junit, extra)
             else:
@@ -239,8 +256,16 @@ def main(argv: list[str]) -> int:
             for report in reports:
                 read_junit(report, result)
             result.seconds += time.monotonic() - started
-            if status not in (0, 5) or (status == 5 and not step.marker):  # 5: a marker may select no test
-                result.status = result.status or status
+            note_status(result, step, status)
+            if beside is not None:
+                done, process, report, log, began = beside
+                status = process.wait()
+                print(f"==> tier {done.tier} ({done.marker}), in the background: exit {status}", flush=True)
+                print(log.read_text(), end="", flush=True)
+                result = read_junit(report, results[done.tier])
+                result.seconds = max(result.seconds, time.monotonic() - began)  # it ran beside, not after
+                note_status(result, done, status)
+                beside = None
     print("\n".join(summary(list(results.values()))), flush=True)
     return 0 if all(r.status == 0 for r in results.values()) else 1
 

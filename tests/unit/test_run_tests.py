@@ -52,6 +52,7 @@ def test_the_real_ray_tests_run_first_and_alone_and_the_rest_of_the_cpu_tiers_on
         ("e2e", "not no_lab"),
     ]  # fmt: skip
     assert [s.needs_lab for s in steps] == [False] * 5 + [True]  # the lab is waited for by the pass that uses it
+    assert [s.beside_next for s in steps] == [False] * 4 + [True, False]  # no_lab beside the lab's scenarios
     commands = [run_tests.pytest_command(s, junit, ["-x"]) for s in steps]
     assert commands[0][3:] == ["tests/unit", f"--junitxml={junit}", "-m", "real_ray", "-x"]  # one at a time
     assert commands[1][3:] == ["tests/unit", f"--junitxml={junit}", "-m", "not real_ray", "-n", "2", "-x"]

@@ -129,7 +129,7 @@ def start_lab(log: Path, workers: int) -> tuple[subprocess.Popen, Path, float]:
     print(f"==> the e2e tier's labs come up meanwhile (their output: {log})", flush=True)
     with log.open("w") as out:
         process = subprocess.Popen(
-            [sys.executable, "-m", "tests.e2e.labkit", str(workers)], cwd=ROOT, stdout=out,
+            [sys.executable, "-m", "tests.e2e.labkit", "up", str(workers)], cwd=ROOT, stdout=out,
             stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )  # fmt: skip
     return process, log, time.monotonic()
@@ -257,6 +257,9 @@ def main(argv: list[str]) -> int:
                 read_junit(report, result)
             result.seconds += time.monotonic() - started
             note_status(result, step, status)
+            if step.needs_lab and meanwhile is not None:  # a lab no worker took down (it got no scenario)
+                subprocess.call([sys.executable, "-m", "tests.e2e.labkit", "down", str(lab_workers(extra))],
+                                cwd=ROOT, stdout=subprocess.DEVNULL)  # fmt: skip
             if beside is not None:
                 done, process, report, log, began = beside
                 status = process.wait()

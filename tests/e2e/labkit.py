@@ -319,6 +319,10 @@ def labs_for(workers: int) -> list[str]:
     return [lab_name(f"gw{n}") for n in range(workers)] if workers else [lab_name()]
 
 
-if __name__ == "__main__":  # python -m tests.e2e.labkit [WORKERS]: the e2e tier's labs up ahead of it (run_tests.py)
-    for name in labs_for(int(sys.argv[1]) if len(sys.argv) > 1 else 0):
-        local.up(hosts=HOSTS, name=name)
+if __name__ == "__main__":
+    # python -m tests.e2e.labkit [up|down] [WORKERS]: the e2e tier's labs up ahead of it, or down after it
+    # (a worker that got no lab scenario never takes its lab down itself): scripts/run_tests.py
+    action = sys.argv[1] if len(sys.argv) > 1 and sys.argv[1] in ("up", "down") else "up"
+    count = next((int(a) for a in sys.argv[1:] if a.isdigit()), 0)
+    for name in labs_for(count):
+        local.up(hosts=HOSTS, name=name) if action == "up" else local.down(name)

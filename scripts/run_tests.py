@@ -1,8 +1,8 @@
-"""Run every test tier, each in its own pytest process, and sum up.
+"""Run every test tier, never two tiers in one pytest process, and sum up.
 
 pyinfra's command-line module patches the process with gevent when it is
 imported (the plan tier does), which breaks Ray and TLS clients in the same
-process; one process per tier keeps the tiers independent. The tiers run in
+process; separate processes keep the tiers independent. The tiers run in
 ``TIERS`` order whatever order they are named in, every tier even when an
 earlier one fails; the exit status is non-zero if any failed.
 

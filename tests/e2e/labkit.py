@@ -325,4 +325,7 @@ if __name__ == "__main__":
     action = sys.argv[1] if len(sys.argv) > 1 and sys.argv[1] in ("up", "down") else "up"
     count = next((int(a) for a in sys.argv[1:] if a.isdigit()), 0)
     for name in labs_for(count):
-        local.up(hosts=HOSTS, name=name) if action == "up" else local.down(name)
+        if action == "up":
+            local.up(hosts=HOSTS, name=name)
+        else:
+            local.down(name)

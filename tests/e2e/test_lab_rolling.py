@@ -33,11 +33,6 @@ def images(lab: Lab) -> dict[str, str]:
     return {h["address"]: lab.sh(h, command).strip() for h in lab.hosts}
 
 
-def wait_until_all_alive(lab: Lab, since: float, seconds: float, *, new_ids_of: set[str] = frozenset()) -> list[dict]:
-    """The alive nodes once there are HOSTS of them (none of them in ``new_ids_of``), or fail after ``seconds``."""
-    return wait_for_alive(lab, HOSTS, seconds, since=since, new_ids_of=new_ids_of)
-
-
 def rolling_steps(output: str) -> list[str]:
     """The ray-node start operations pyinfra ran, in order."""
     return re.findall(r"--> Starting operation: Ray node \| (Start the Ray .*?)\s*$", ANSI.sub("", output), re.M)
@@ -64,30 +59,30 @@ def test_a_new_image_rolls_out_head_first_then_one_worker_at_a_time_and_back(lab
         assert result.returncode == 0, "the rolling deploy of a second image tag failed"
         assert_rolled_one_at_a_time(lab, result.stdout + result.stderr)
         assert images(lab) == {h["address"]: rolled for h in lab.hosts}
-        assert len(wait_until_all_alive(lab, time.monotonic(), BACK_WITHIN_S)) == HOSTS
+        assert len(wait_for_alive(lab, HOSTS, BACK_WITHIN_S)) == HOSTS
     finally:
         back = deploy(LAB_INVENTORY, *NO_CHECKS)
     assert back.returncode == 0, "the deploy back to the lab's own image failed"
     assert_rolled_one_at_a_time(lab, back.stdout + back.stderr)  # a quarter of 2 workers: one at a time
     assert images(lab) == {h["address"]: lab.state["image"] for h in lab.hosts}
-    assert len(wait_until_all_alive(lab, time.monotonic(), BACK_WITHIN_S)) == HOSTS
+    assert len(wait_for_alive(lab, HOSTS, BACK_WITHIN_S)) == HOSTS
 
 
 def test_a_restarted_head_container_gets_every_worker_back_without_a_deploy(lab, baseline):
-    before = {n["id"] for n in wait_until_all_alive(lab, time.monotonic(), BACK_WITHIN_S)}
+    before = {n["id"] for n in wait_for_alive(lab, HOSTS, BACK_WITHIN_S)}
     lab.sh(lab.head, "sudo docker restart ray-node")
     went_down = time.monotonic()
-    wait_until_all_alive(lab, went_down, BACK_WITHIN_S, new_ids_of=before)  # the new head is a new cluster
+    wait_for_alive(lab, HOSTS, BACK_WITHIN_S, since=went_down, new_ids_of=before)  # the new head is a new cluster
 
 
 def test_a_rebooted_head_host_gets_every_worker_back_without_a_deploy(lab, baseline):
-    before = {n["id"] for n in wait_until_all_alive(lab, time.monotonic(), BACK_WITHIN_S)}
+    before = {n["id"] for n in wait_for_alive(lab, HOSTS, BACK_WITHIN_S)}
     subprocess.run(["docker", "restart", "--time", "60", lab.head["container"]], check=True, timeout=180)
     deadline = time.monotonic() + 180
     while not remote.ssh_answers(lab.head["address"], timeout=2.0):
         assert time.monotonic() < deadline, "the head's sshd did not come back within 180 s"
         time.sleep(2)
-    wait_until_all_alive(lab, time.monotonic(), BACK_WITHIN_S, new_ids_of=before)
+    wait_for_alive(lab, HOSTS, BACK_WITHIN_S, new_ids_of=before)
 
 
 ACTOR = """
@@ -123,15 +118,15 @@ def test_with_gcs_fault_tolerance_a_head_restart_keeps_workers_and_a_detached_ac
     try:
         result = deploy(inventory_variant(tmp_path / "ft.py", {"ray_gcs_fault_tolerance": True}), *NO_CHECKS)
         assert result.returncode == 0, "the deploy with ray_gcs_fault_tolerance failed"
-        nodes = wait_until_all_alive(lab, time.monotonic(), BACK_WITHIN_S)
+        nodes = wait_for_alive(lab, HOSTS, BACK_WITHIN_S)
         worker_ids = {n["id"] for n in nodes if n["ip"] != lab.head["address"]}
         assert lab.ray_python(ACTOR.format(worker=lab.workers[0]["address"])) == 1
         lab.sh(lab.head, "sudo docker restart ray-node")
         went_down = time.monotonic()
-        nodes = wait_until_all_alive(lab, went_down, BACK_WITHIN_S)
+        nodes = wait_for_alive(lab, HOSTS, BACK_WITHIN_S, since=went_down)
         assert worker_ids <= {n["id"] for n in nodes}, "a worker left the cluster across the head's restart"
         assert lab.ray_python(ASK_ACTOR) == 2, "the detached actor lost its state across the head's restart"
     finally:
         back = deploy(LAB_INVENTORY, *NO_CHECKS)
     assert back.returncode == 0, "the deploy back to the lab's default configuration failed"
-    assert len(wait_until_all_alive(lab, time.monotonic(), BACK_WITHIN_S)) == HOSTS
+    assert len(wait_for_alive(lab, HOSTS, BACK_WITHIN_S)) == HOSTS

@@ -16,6 +16,9 @@ share it.
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
+import os
 import re
 import shlex
 from collections.abc import Iterator
@@ -162,7 +165,57 @@ def run_deploy(
     """
     with cli_run(hosts) as (state, config, inventory):
         _run(state, config, inventory, deploy_file, limit)
-    return _collect(state, inventory)
+    run = _collect(state, inventory)
+    if os.environ.get(RECORD):
+        record(run, Path(os.environ[RECORD]), deploy_file)
+    return run
+
+
+#: A folder: every ``run_deploy`` appends what it did there, one JSON line per run, so that a change
+#: that should not change the plan (a move, a rename) can be checked byte for byte (scripts/plan_diff.py).
+RECORD = "RAYRIG_PLAN_RECORD"
+
+
+def record(run: Run, folder: Path, deploy_file: Path) -> None:
+    """Append ``run``'s operations, commands and uploads, under the test that made it, to ``folder``."""
+    test = os.environ.get("PYTEST_CURRENT_TEST", "?").rsplit(" (", 1)[0]
+    hosts = {
+        name: {
+            "ops": [
+                {
+                    "name": op.name,
+                    "commands": [_comparable(c) for c in op.commands],
+                    "uploads": {p: _comparable(c) for p, c in op.uploads.items()},
+                }
+                for op in h.ops
+            ],
+            "raw_commands": [_comparable(c) for c in h.raw_commands],
+            "other_uploads": {p: _comparable(c) for p, c in h.other_uploads.items()},
+        }
+        for name, h in run.hosts.items()
+    }
+    line = {"test": test, "deploy": deploy_file.name, "hosts": hosts}
+    folder.mkdir(parents=True, exist_ok=True)
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    with open(folder / f"{worker}-{os.getpid()}.jsonl", "a") as out:
+        out.write(json.dumps(line, sort_keys=True) + "\n")
+
+
+#: What differs from one run to the next by design: keys and certificates (new ones each run, and
+#: the digests of them on a container that has TLS), the image mirror's run tag (the time). Random
+#: tokens are fixed while recording (tests/plan/conftest.py).
+_PEM = re.compile(r"-----BEGIN ([A-Z ]+)-----.*?-----END \1-----", re.DOTALL)
+_RUN_TAG = re.compile(r"rayrig-\d{14}-")
+_TLS_DIGESTS = re.compile(r"(rayrig\.(?:tls-digest|config-hash)=)[0-9a-f]+")
+
+
+def _comparable(content: str | bytes) -> str:
+    if isinstance(content, bytes):
+        return "bytes:" + hashlib.sha256(content).hexdigest()
+    content = _RUN_TAG.sub("rayrig-TIME-", _PEM.sub(lambda m: f"<{m[1]}>", content))
+    if "rayrig.tls-digest=" in content:
+        content = _TLS_DIGESTS.sub(r"\1TLS", content)
+    return content
 
 
 @contextlib.contextmanager

@@ -7,23 +7,36 @@
 
 A change meant to leave the plan alone (a move, a rename, a template that replaces code) exits 0:
 every test's runs have the same operations, commands and uploads, byte for byte. Otherwise it
-prints where each run first differs and exits 1. The recording is tests/plan/harness.py's ``record``.
+prints where each run first differs and exits 1. The recording is tests/plan/harness.py's ``record``;
+values that differ from run to run by design are masked (:data:`MASKS`).
 """
 
 from __future__ import annotations
 
 import difflib
 import json
+import re
 import sys
 from collections import defaultdict
 from pathlib import Path
 
+#: What differs from one run to the next by design, masked before comparing: random tokens (the Ray
+#: token, 256 bits) and the digests of them and of certificates on ray-node's labels (its config hash
+#: too: every other input of that hash is on the same command line), and the image mirror's run tag.
+MASKS = [
+    (re.compile(r"\b[0-9a-f]{64}\b"), "TOKEN"),
+    (re.compile(r"(rayrig\.(?:auth-token-digest|tls-digest|config-hash)=)[0-9a-f]+"), r"\1DIGEST"),
+    (re.compile(r"rayrig-(?:\d{14}|TIME)-[0-9a-f]{6}"), "rayrig-RUN-TAG"),
+]
+
 
 def load(folder: Path) -> dict[str, list[dict]]:
-    """Each test's runs, in the order the test made them."""
+    """Each test's runs, in the order the test made them, masked (:data:`MASKS`)."""
     runs: dict[str, list[dict]] = defaultdict(list)
     for path in sorted(folder.glob("*.jsonl")):
         for line in path.read_text().splitlines():
+            for pattern, mask in MASKS:
+                line = pattern.sub(mask, line)
             run = json.loads(line)
             runs[run["test"]].append(run)
     return dict(runs)

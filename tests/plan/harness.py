@@ -9,7 +9,7 @@ uploaded (path -> content). The commands of each operation come from its
 masked the way pyinfra prints them.
 
 Every run has a State of its own; what the deploy keeps for a run (facts read, the
-cluster's addresses) lives in ``deploy.memo``, held weakly per State, so runs never
+cluster's addresses) lives in ``deploy.run.memo``, held weakly per State, so runs never
 share it.
 """
 
@@ -201,21 +201,15 @@ def record(run: Run, folder: Path, deploy_file: Path) -> None:
         out.write(json.dumps(line, sort_keys=True) + "\n")
 
 
-#: What differs from one run to the next by design: keys and certificates (new ones each run, and
-#: the digests of them on a container that has TLS), the image mirror's run tag (the time). Random
-#: tokens are fixed while recording (tests/plan/conftest.py).
+#: Keys and certificates are new on every run: the recording keeps their kind only
+#: (scripts/plan_diff.py masks the other values that differ from run to run by design).
 _PEM = re.compile(r"-----BEGIN ([A-Z ]+)-----.*?-----END \1-----", re.DOTALL)
-_RUN_TAG = re.compile(r"rayrig-\d{14}-")
-_TLS_DIGESTS = re.compile(r"(rayrig\.(?:tls-digest|config-hash)=)[0-9a-f]+")
 
 
 def _comparable(content: str | bytes) -> str:
     if isinstance(content, bytes):
         return "bytes:" + hashlib.sha256(content).hexdigest()
-    content = _RUN_TAG.sub("rayrig-TIME-", _PEM.sub(lambda m: f"<{m[1]}>", content))
-    if "rayrig.tls-digest=" in content:
-        content = _TLS_DIGESTS.sub(r"\1TLS", content)
-    return content
+    return _PEM.sub(lambda m: f"<{m[1]}>", content)
 
 
 @contextlib.contextmanager

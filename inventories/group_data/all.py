@@ -1,9 +1,9 @@
 """Every rayrig tunable, with its default.
 
 pyinfra loads this file as group data for every host when the inventory lives
-in ``inventories/``. rayrig also reads it directly (``deploy.settings``), so the
+in ``inventories/``. rayrig also reads it directly (``deploy.contract.settings``), so the
 same defaults apply to an inventory kept anywhere else. Set a key on a host or
-in your own group data to override it; ``deploy/schema.py`` validates the
+in your own group data to override it; ``deploy/contract/schema.py`` validates the
 result before any host is touched. Names are prefixed by area.
 """
 
@@ -116,6 +116,14 @@ monitoring_ports = {"node_exporter": 9100, "gpu_exporter": 9400}  # node exporte
 monitoring_node_exporter_image = "quay.io/prometheus/node-exporter:v1.9.1"  # Amazon Linux 2023 (no package there)
 monitoring_gpu_exporter = "dcgm"  # GPU hosts' exporter: "dcgm" (NVIDIA's DCGM exporter container) or "none"
 monitoring_gpu_exporter_image = "nvcr.io/nvidia/k8s/dcgm-exporter:4.2.3-4.1.3-ubuntu22.04"  # through image_mirror too
+# monitoring (server): Prometheus and Grafana on monitoring_host, in containers, on 127.0.0.1 only.
+monitoring_prometheus_port = 9090  # Prometheus's port on the monitoring host's loopback (rayrig dashboard forwards it)
+monitoring_grafana_port = 3000  # Grafana's port on the monitoring host's loopback (rayrig dashboard forwards it)
+monitoring_prometheus_image = "quay.io/prometheus/prometheus:v3.5.0"  # Prometheus 3.5, an LTS line; pin a tag or digest
+monitoring_grafana = True  # run Grafana beside Prometheus; False: Prometheus only
+monitoring_grafana_image = "grafana/grafana:12.1.1"  # Grafana OSS; pin a tag or digest
+monitoring_retention_time = "15d"  # Prometheus keeps samples this long (--storage.tsdb.retention.time)
+monitoring_retention_size = "10GB"  # and at most this much on disk, oldest dropped first; None: no size limit
 
 # --- Post-deploy checks ----------------------------------------------------
 checks_enabled = True  # run the checks (preflight, cluster state, benchmark) at the end of the deploy
@@ -130,13 +138,3 @@ checks_node_timeout_s = 300  # the longest one node's measurement may take, with
 checks_report_dir = "reports"  # where the JSON report and the plot are saved on the operator's machine
 checks_monitoring = True  # the full checks read Prometheus (targets up; XID, throttling, ECC) when monitoring is on
 checks_monitoring_window_s = 3600  # how far back the checks look in Prometheus for XID, throttling and ECC errors
-
-# --- Monitoring (the exporters' keys are above, after Ray's) -----------------
-# monitoring (server): Prometheus and Grafana on monitoring_host, in containers, on 127.0.0.1 only
-monitoring_prometheus_port = 9090  # Prometheus's port on the monitoring host's loopback (rayrig dashboard forwards it)
-monitoring_grafana_port = 3000  # Grafana's port on the monitoring host's loopback (rayrig dashboard forwards it)
-monitoring_prometheus_image = "quay.io/prometheus/prometheus:v3.5.0"  # Prometheus 3.5, an LTS line; pin a tag or digest
-monitoring_grafana = True  # run Grafana beside Prometheus; False: Prometheus only
-monitoring_grafana_image = "grafana/grafana:12.1.1"  # Grafana OSS; pin a tag or digest
-monitoring_retention_time = "15d"  # Prometheus keeps samples this long (--storage.tsdb.retention.time)
-monitoring_retention_size = "10GB"  # and at most this much on disk, oldest dropped first; None: no size limit

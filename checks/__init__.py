@@ -6,7 +6,7 @@ drives it hands it one :class:`checks.node.Node` per host.
 On the operator's machine:
 
 - :mod:`checks.node`: the node interface (run a command, copy a file);
-- :mod:`checks.cluster`: the whole run across the nodes, and the commands the head runs, within
+- :mod:`checks.full`: the whole run across the nodes, and the commands the head runs, within
   the run's budget (:mod:`checks.run_budget`), each node's preflight at once (:mod:`checks.fanout`);
 - :mod:`checks.quick`: the quick checks (alive nodes, their resources, one Ray version) in one command;
 - :mod:`checks.preflight`: each node's GPUs and container, the cluster state against the inventory;

@@ -28,7 +28,7 @@ rank actor is then killed, without waiting on any, and the result says which ran
 
 Example::
 
-    result = run_allreduce(cluster_nodes(), sizes=size_sweep(MiB, 64 * MiB), iters=5, budget=Budget(900))
+    result = run_allreduce(cluster_nodes(), SweepConfig(sizes=size_sweep(MiB, 64 * MiB), iters=5, budget=Budget(900)))
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ import socket
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from . import allreduce_plan as plan
@@ -157,30 +158,6 @@ def sweep_result(backend: str, ranks: list[dict[str, Any]], rows: list[dict[str,
     }
 
 
-def allreduce_sweep(
-    sizes: list[int],
-    warmup: int,
-    iters: int,
-    device: Any,
-    on_row: Callable[[dict[str, Any]], None] | None = None,
-) -> dict[str, Any]:
-    """Every size of the sweep in the current process group, in one go (no deadlines).
-
-    torch.distributed only (the process group must be initialised): a test can run it in a
-    one-rank group, and ``--local`` on a machine's own GPUs. ``on_row`` is called after each size.
-    """
-    import torch.distributed as dist  # lazy: heavy, and present only where it runs
-
-    ranks: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(ranks, {"rank": dist.get_rank(), "host": socket.gethostname(), "device": str(device)})
-    rows = []
-    for nbytes in sizes:
-        rows.append(measure_size(nbytes, warmup, iters, device))
-        if on_row:
-            on_row(rows[-1])
-    return sweep_result(str(dist.get_backend()), ranks, rows)
-
-
 class AllreduceRank:
     """One rank of the sweep, in its own Ray actor; threaded (``max_concurrency=2``) so that
     :meth:`progress` answers while :meth:`run_size` is blocked in a collective."""
@@ -258,6 +235,20 @@ class AllreduceRank:
         """
         return {"bytes": self.nbytes, "entered": self.entered, "completed": self.completed,
                 "calls": self.calls, "total": self.total}  # fmt: skip
+
+
+def _rank_actors(ranks: list[dict[str, Any]], use_gpu: bool) -> list[Any]:
+    """One sweep actor per rank, pinned to its rank's node, holding a GPU (or a CPU); never restarted."""
+    import ray  # lazy: heavy, and absent where --local runs
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    rank_actor = ray.remote(AllreduceRank)
+    resources = {"num_gpus": 1, "num_cpus": 0} if use_gpu else {"num_cpus": 1}
+    return [
+        rank_actor.options(**resources, max_concurrency=2, max_restarts=0,
+                           scheduling_strategy=NodeAffinitySchedulingStrategy(r["node_id"], soft=False)).remote()
+        for r in ranks
+    ]  # fmt: skip
 
 
 def _wait_for_free(resource: str, amount: float, timeout_s: float) -> float:
@@ -373,36 +364,44 @@ def _placement(nodes: list[dict[str, Any]], use_gpu: bool, per_node: int) -> lis
     return [n for n in nodes if n["num_cpus"] - n.get("busy_cpus", 0.0) >= per_node for _ in range(per_node)]
 
 
+@dataclass(frozen=True)
+class SweepConfig:
+    """How the all-reduce sweep runs: its sizes (``sizes``, else the defaults between ``min_bytes`` and
+    ``max_bytes``), its calls per size, its ranks on a CPU-only cluster, and its limits: ``timeout_s``
+    caps every step, ``peer_factor`` stops a size its peers have long finished, ``budget`` bounds
+    them all (see the module's docstring). None: the default (``quick``'s or the full run's)."""
+
+    quick: bool = False
+    sizes: list[int] | None = None
+    min_bytes: int | None = None
+    max_bytes: int | None = None
+    warmup: int | None = None
+    iters: int | None = None
+    cpu_workers_per_node: int = 1
+    timeout_s: int = 600
+    peer_factor: float = DEFAULT_PEER_FACTOR
+    budget: Budget | None = None
+
+
 def run_allreduce(
     nodes: list[dict[str, Any]],
-    sizes: list[int] | None = None,
-    quick: bool = False,
-    warmup: int | None = None,
-    iters: int | None = None,
-    cpu_workers_per_node: int = 1,
-    timeout_s: int = 600,
-    min_bytes: int | None = None,
-    max_bytes: int | None = None,
-    peer_factor: float = DEFAULT_PEER_FACTOR,
-    budget: Budget | None = None,
+    config: SweepConfig = SweepConfig(),  # noqa: B008 - frozen: one shared default is safe
     on_row: Callable[[dict[str, Any], list[dict[str, Any]]], None] | None = None,
 ) -> dict[str, Any]:
     """Phase 2: the all-reduce sweep over every free GPU (NCCL), or over ``cpu_workers_per_node``
-    ranks on each node of a CPU-only cluster (gloo), of ``nodes`` only.
-
-    ``timeout_s`` caps every step, ``budget`` bounds them all (see the module's docstring);
-    ``on_row(row, ranks)`` is called on the driver after each size.
+    ranks on each node of a CPU-only cluster (gloo), of ``nodes`` only; ``on_row(row, ranks)`` is
+    called on the driver after each size.
     """
     import ray  # lazy: heavy, and absent where --local runs
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+    quick, timeout_s, peer_factor, budget = config.quick, config.timeout_s, config.peer_factor, config.budget
     use_gpu = any(n["num_gpus"] > 0 for n in nodes)
     held = {"GPU": sum(n.get("busy_gpus", 0) for n in nodes), "CPU": sum(n.get("busy_cpus", 0.0) for n in nodes)}
-    placement = _placement(nodes, use_gpu, cpu_workers_per_node)
+    placement = _placement(nodes, use_gpu, config.cpu_workers_per_node)
     workers, backend, resource = len(placement), "nccl" if use_gpu else "gloo", "GPU" if use_gpu else "CPU"
-    sizes = sizes or default_allreduce_sizes(use_gpu, quick, min_bytes, max_bytes)
-    warmup = warmup if warmup is not None else (2 if quick else 5)
-    iters = iters if iters is not None else (5 if quick else 20)
+    sizes = config.sizes or default_allreduce_sizes(use_gpu, quick, config.min_bytes, config.max_bytes)
+    warmup = config.warmup if config.warmup is not None else (2 if quick else 5)
+    iters = config.iters if config.iters is not None else (5 if quick else 20)
     base = {"backend": backend, "world_size": workers, "sweep": []}
     if workers < 1:
         if held[resource]:
@@ -423,14 +422,8 @@ def run_allreduce(
     deadlines: dict[str, Any] = {"peer_factor": peer_factor, "floor_s": plan.FLOOR_S, "cap_s": timeout_s,
                                  "setup_deadline_s": round(setup_deadline, 1), "sizes": []}  # fmt: skip
     rows: list[dict[str, Any]] = []
-    rank_actor = ray.remote(AllreduceRank)
-    resources = {"num_gpus": 1, "num_cpus": 0} if use_gpu else {"num_cpus": 1}
     t0 = time.monotonic()
-    actors = [
-        rank_actor.options(**resources, max_concurrency=2, max_restarts=0,
-                           scheduling_strategy=NodeAffinitySchedulingStrategy(r["node_id"], soft=False)).remote()
-        for r in ranks
-    ]  # fmt: skip
+    actors = _rank_actors(ranks, use_gpu)
     try:
         infos = _await(actors, ranks, [a.info.remote() for a in actors], setup_deadline, None, setup_source, t0)
         for rank, info in zip(ranks, infos, strict=True):

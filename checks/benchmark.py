@@ -1,75 +1,10 @@
-"""The post-deploy benchmark's command line: this machine (``--local``) or the Ray cluster (``--cluster``).
+"""The post-deploy benchmark's command line: this machine (``--local``, torch only) or the Ray cluster
+(``--cluster``, in the head's ray-node container: devices, all-reduce and a scheduling smoke test);
+the report is judged (:mod:`checks.verdict`), printed (:mod:`checks.report`) and written as JSON.
 
-``--local`` needs torch only (no Ray, no Docker): it measures every visible
-GPU, or the CPU when there is none, with :mod:`checks.kernels` (:func:`run_local`).
-
-``--cluster`` runs inside the head's ray-node container and measures every node
-of the running cluster in three phases, devices, all-reduce and a scheduling
-smoke test (:mod:`checks.cluster_bench`, :mod:`checks.allreduce`).
-
-Either way the report is judged (:mod:`checks.verdict`), printed as a table and
-the verdict (:mod:`checks.report`), and written as JSON when asked.
-
-Report schema (JSON, ``"schema": "rayrig.checks.benchmark/1"``)::
-
-    mode         "local" | "cluster"
-    quick        bool
-    started_at   ISO 8601 time
-    versions     {"torch", "cuda", "ray", "python"}
-    cpu_only     true when the cluster (or machine) has no GPU
-    nodes        [{"node_id", "host", "ip", "num_cpus", "num_gpus", "is_head"}]
-    devices      [{"host", "ip", "node_id", "hostname"? (when --host-alias renamed it),
-                   "device" ("cuda:N", N as the node numbers its GPUs | "cpu"),
-                   "kind" ("gpu" | "cpu"), "model", "spec" (datasheet dict | null),
-                   "info"   {model, memory_bytes, driver_version, cuda_version, uuid, ...},
-                   "matmul" {"tflops", "n", "dtype", "median_s", "min_s", "max_s", "iters",
-                             "sustained_tflops"? (GPU), "threads"? (CPU)},
-                   "copy"   {"gbps", "nbytes", "median_s", ...},
-                   "h2d"    {"gbps" | null, "skipped"?},
-                   "error"? / "skipped"? , "elapsed_s"}]
-    allreduce    null (local) | {"backend", "world_size",
-                   "ranks": [{"rank", "host", "ip", "node_id", "pid", "device"}],
-                   "sweep": [{"bytes", "time_s", "algbw_gbps", "busbw_gbps", "values_ok",
-                              "wrong_values", "iters"}] (the sizes that finished),
-                   "value_check": {"ok", "expected", "detail"},
-                   "deadlines": {"peer_factor", "floor_s", "cap_s", "setup_deadline_s", "setup_s",
-                                 "sizes": [{"bytes", "took_s", "deadline_s", "source"}]},
-                   "error"?, "skipped"?, "failed"? [rank entries whose actor failed or was lost],
-                   "hung"? {"bytes" (null: setup), "deadline_s", "waited_s", "source",
-                            "ranks": [{"rank", "host", "ip", "node_id", "state": "no answer" |
-                                       "behind: entered k of n calls" | "waiting for peers"}]}}
-    sweep_test   null (local) | {"tasks", "completed", "failures": [...], "per_node": {"host (ip)": count},
-                   "expected_nodes", "missing_nodes", "use_gpu", "resources_per_task", "elapsed_s"}
-    timing       {"devices_s", "allreduce_s", "sweep_test_s", "total_s"}
-    gpu_health?  (--local, where nvidia-smi is; the full checks keep it in "preflight"[host]["gpu_health"])
-                 {host: {"gpus": [{"index", "bus_id", "model",
-                                   "pcie": {"gen", "gen_max", "width", "width_max"},
-                                   "reasons_title", "idle_reasons": [...], "utilization_pct",
-                                   "temp_c", "slowdown_c", "shutdown_c", "tlimit_c", "power_w", "power_limit_w",
-                                   "ecc_volatile_uncorrectable", "ecc_aggregate_uncorrectable",
-                                   "retired_pages_pending", "remapped_rows_pending", "remapping_failed",
-                                   "remapped_rows_uncorrectable",
-                                   "nvlink"? {"links": {n: GB/s | null}, "errors": {n: {counter: n}}}}],
-                         "xids": [{"gpu", "bus", "code", "count", "last"}],
-                         "dcgm": null | {"tests": [{"category", "name", "status", "detail"}], "metadata"}
-                                 | {"error"},
-                         "nvswitches", "tools": {"nvidia-smi", "kernel_log", "dcgmi"}}}
-                 (checks.gpu_health); each GPU device entry may carry
-                 "throttle_under_load" {"reasons", "samples", "counts", "via", "error"?}:
-                 the clock event reasons sampled during the sustained matmul
-    verdict      {"status", "slow_hosts", "reasons": [{"level", "message", "host"?, "device"?, "flag"?,
-                  "source"?}], "thresholds": {...}}
-
-Exit status: 0 PASS or WARN, 1 FAIL, 2 usage error.
-
-With ``--cluster``, ``--budget`` bounds the whole run, ``--peer-factor`` and ``--timeout`` each
-node's measurement (:mod:`checks.deadlines`), and the JSON report is written after every phase, so
-a run stopped from outside still leaves the phases it finished.
-
-Example::
+Exit status: 0 PASS or WARN, 1 FAIL, 2 usage error. The report's schema: docs/design/benchmark-report.md.
 
     python -m checks.benchmark --local --json /tmp/bench.json
-    python -m checks.benchmark --cluster --out /tmp/rayrig-bench.json --plot /tmp/busbw.png
     python -m checks.benchmark --cluster --out /tmp/rayrig-bench.json --budget 600 --peer-factor 3 --timeout 300
 """
 
@@ -82,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import REPORT_SCHEMA, gpu_health, report, specs, verdict
-from .cluster_bench import DEFAULT_SWEEP_TASKS, connect, run_cluster
+from .cluster_bench import DEFAULT_SWEEP_TASKS, BenchConfig, connect, run_cluster
 from .deadlines import DEFAULT_NODE_TIMEOUT_S, DEFAULT_PEER_FACTOR, Budget
 from .progress import log, phase, versions
 
@@ -228,6 +163,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def bench_config(args: argparse.Namespace, aliases: dict[str, str]) -> BenchConfig:
+    """The run's configuration from its command line."""
+    return BenchConfig(
+        quick=args.quick,
+        allreduce_min_bytes=args.allreduce_min_bytes,
+        allreduce_max_bytes=args.allreduce_max_bytes,
+        allreduce_iters=args.allreduce_iters,
+        cpu_workers_per_node=args.cpu_workers_per_node,
+        sweep_tasks=args.sweep_tasks,
+        timeout_s=args.timeout,
+        host_aliases=aliases,
+        expect_ips=[ip.strip() for ip in args.expect_nodes.split(",") if ip.strip()] or None,
+        peer_factor=args.peer_factor,
+        budget=Budget(args.budget) if args.budget else None,
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark, print the table and the verdict, write the JSON; return the exit status."""
     parser = build_parser()
@@ -245,20 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             log(f"connecting to Ray at {args.address}")
             connect(args.address, log_to_driver=args.verbose)
-            result = run_cluster(
-                quick=args.quick,
-                allreduce_min_bytes=args.allreduce_min_bytes,
-                allreduce_max_bytes=args.allreduce_max_bytes,
-                allreduce_iters=args.allreduce_iters,
-                cpu_workers_per_node=args.cpu_workers_per_node,
-                sweep_tasks=args.sweep_tasks,
-                timeout_s=args.timeout,
-                host_aliases=aliases,
-                expect_ips=[ip.strip() for ip in args.expect_nodes.split(",") if ip.strip()] or None,
-                peer_factor=args.peer_factor,
-                budget=Budget(args.budget) if args.budget else None,
-                on_phase=partial_writer(args.json),
-            )
+            result = run_cluster(bench_config(args, aliases), on_phase=partial_writer(args.json))
     except RuntimeError as exc:  # the cluster never settled: a report that says so, judged FAIL
         result = {"schema": REPORT_SCHEMA, "mode": "cluster", "quick": args.quick, "error": str(exc),
                   "nodes": [], "devices": [], "allreduce": None, "sweep_test": None}  # fmt: skip

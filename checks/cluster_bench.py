@@ -33,7 +33,7 @@ module, and its ``--local`` run has neither Ray nor, always, torch.
 Example::
 
     connect("auto")
-    result = run_cluster(quick=True, host_aliases={"10.0.0.2": "gpu-1"})
+    result = run_cluster(BenchConfig(quick=True, host_aliases={"10.0.0.2": "gpu-1"}))
 """
 
 from __future__ import annotations
@@ -41,11 +41,12 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from . import REPORT_SCHEMA, deadlines, verdict
-from .allreduce import run_allreduce
+from .allreduce import SweepConfig, run_allreduce
 from .deadlines import Budget, PeerClock
 from .devices import free_of, here, run_devices, wait_with_peers
 from .progress import describe, log, phase, versions
@@ -283,37 +284,63 @@ def _not_run(budget: Budget | None) -> dict[str, Any] | None:
     return {"error": f"not run: the checks' budget of {budget.total_s:g} s (checks_timeout_s) ran out"}
 
 
+@dataclass(frozen=True)
+class BenchConfig:
+    """The whole run, from the benchmark's command line.
+
+    ``host_aliases`` maps node IPs to the names the operator knows (the inventory's), which then
+    name the nodes everywhere in the report. ``expect_ips``: wait until exactly these nodes are
+    alive before measuring. ``timeout_s`` caps any one measurement, ``peer_factor`` stops one that
+    its peers have long finished (:mod:`checks.deadlines`), and ``budget`` bounds the whole run: a
+    phase with no time left is not run, and says so. ``allreduce_*`` and ``cpu_workers_per_node``
+    shape the all-reduce sweep (:meth:`sweep`), ``sweep_*`` the scheduling smoke test.
+    """
+
+    quick: bool = False
+    allreduce_sizes: list[int] | None = None
+    allreduce_min_bytes: int | None = None
+    allreduce_max_bytes: int | None = None
+    allreduce_iters: int | None = None
+    cpu_workers_per_node: int = 1
+    sweep_tasks: int = DEFAULT_SWEEP_TASKS
+    sweep_sleep_s: float | None = None
+    timeout_s: int = deadlines.DEFAULT_NODE_TIMEOUT_S
+    host_aliases: dict[str, str] = field(default_factory=dict)
+    expect_ips: list[str] | None = None
+    peer_factor: float = deadlines.DEFAULT_PEER_FACTOR
+    budget: Budget | None = None
+
+    def sweep(self) -> SweepConfig:
+        """The all-reduce sweep's own configuration."""
+        return SweepConfig(
+            quick=self.quick,
+            sizes=self.allreduce_sizes,
+            min_bytes=self.allreduce_min_bytes,
+            max_bytes=self.allreduce_max_bytes,
+            iters=self.allreduce_iters,
+            cpu_workers_per_node=self.cpu_workers_per_node,
+            timeout_s=self.timeout_s,
+            peer_factor=self.peer_factor,
+            budget=self.budget,
+        )
+
+
 def run_cluster(
-    quick: bool = False,
-    allreduce_sizes: list[int] | None = None,
-    allreduce_min_bytes: int | None = None,
-    allreduce_max_bytes: int | None = None,
-    allreduce_iters: int | None = None,
-    cpu_workers_per_node: int = 1,
-    sweep_tasks: int = DEFAULT_SWEEP_TASKS,
-    sweep_sleep_s: float | None = None,
-    timeout_s: int = deadlines.DEFAULT_NODE_TIMEOUT_S,
-    host_aliases: dict[str, str] | None = None,
-    expect_ips: list[str] | None = None,
-    peer_factor: float = deadlines.DEFAULT_PEER_FACTOR,
-    budget: Budget | None = None,
+    config: BenchConfig = BenchConfig(),  # noqa: B008 - frozen: one shared default is safe
     on_phase: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
-    """All three phases on the connected Ray cluster (call :func:`connect` first).
+    """All three phases on the connected Ray cluster (call :func:`connect` first), as ``config`` says.
 
-    ``host_aliases`` maps node IPs to the names the operator knows (the
-    inventory's), which then name the nodes everywhere in the report.
-    ``expect_ips``: wait until exactly these nodes are alive before measuring.
-    ``timeout_s`` caps any one measurement, ``peer_factor`` stops one that its peers have long
-    finished (:mod:`checks.deadlines`), and ``budget`` bounds the whole run: a phase with no time
-    left is not run, and says so. A node whose device measurement was stopped is left out of the
-    all-reduce and the sweep test (``"left_out"``). ``on_phase`` gets the report after each phase
-    (the command line writes it, so a run stopped from outside still leaves what it found).
+    A node whose device measurement was stopped is left out of the all-reduce and the sweep test
+    (``"left_out"``). ``on_phase`` gets the report after each phase (the command line writes it, so
+    a run stopped from outside still leaves what it found).
     """
+    quick, timeout_s, peer_factor, budget = config.quick, config.timeout_s, config.peer_factor, config.budget
+    expect_ips, sweep_sleep_s = config.expect_ips, config.sweep_sleep_s
     started = time.time()
     t0 = time.perf_counter()
     timing: dict[str, float] = {}
-    aliases = host_aliases or {}
+    aliases = config.host_aliases
     settle_s = min(timeout_s, 180) if budget is None else budget.cap(min(timeout_s, 180))
     found = wait_for_nodes(expect_ips, timeout_s=settle_s) if expect_ips else cluster_nodes()
     nodes = rename_hosts(mark_busy(found), aliases)
@@ -352,24 +379,13 @@ def run_cluster(
         log(f"left out of the later phases: {gone['host']}: {gone['why']}")
     report(result)
     with phase("allreduce", timing):
-        result["allreduce"] = _not_run(budget) or run_allreduce(
-            usable,
-            sizes=allreduce_sizes,
-            quick=quick,
-            iters=allreduce_iters,
-            cpu_workers_per_node=cpu_workers_per_node,
-            timeout_s=timeout_s,
-            min_bytes=allreduce_min_bytes,
-            max_bytes=allreduce_max_bytes,
-            peer_factor=peer_factor,
-            budget=budget,
-        )
+        result["allreduce"] = _not_run(budget) or run_allreduce(usable, config.sweep())
     usable = [n for n in usable if n["node_id"] not in stuck_nodes(result["allreduce"])]
     report(result)
     with phase("sweep_test", timing):
         result["sweep_test"] = _not_run(budget) or run_sweep_test(
             usable,
-            tasks=sweep_tasks,
+            tasks=config.sweep_tasks,
             sleep_s=sweep_sleep_s if sweep_sleep_s is not None else (0.2 if quick else 0.5),
             timeout_s=timeout_s,
             peer_factor=peer_factor,

@@ -4,7 +4,7 @@ no GPU had an XID error, throttled, or hit an uncorrectable ECC error in the win
 Prometheus listens on 127.0.0.1 of the monitoring host (``monitoring_host``, the head by default,
 port ``monitoring_prometheus_port``), so the reading runs there: ``python -m checks.monitoring
 CONFIG`` in that host's ray-node container (host networking), from the copy of the checks the full
-checks made (:mod:`checks.cluster`). It asks Prometheus's HTTP API with urllib, every request
+checks made (:mod:`checks.full`). It asks Prometheus's HTTP API with urllib, every request
 bounded by ``timeout_s`` (and Prometheus's own ``timeout`` parameter on queries):
 
 - ``GET /api/v1/targets?state=active``: for every inventory host, the targets of job ``node``
@@ -37,7 +37,7 @@ The program prints one ``RESULT {json}`` line: the report's ``"monitoring"`` sec
 :func:`reasons` turns it into the verdict's reasons on the operator's side. Prometheus not
 answering within the timeout is one FAIL that says what to look at.
 
-Example (what :mod:`checks.cluster` does)::
+Example (what :mod:`checks.full` does)::
 
     config = monitoring.config("head", 9090, nodes, head_settings, gpus)
     ok, lines = node.run(monitoring_command(container, config, workdir=..., limit_s=...))

@@ -5,7 +5,7 @@ head and in seconds: the cluster-state program (:mod:`checks.cluster_state`) run
 head's ray-node container from its source (``docker exec CONTAINER python -c SOURCE``), so
 nothing is copied, no other node is asked anything, and nothing waits for GPUs or CPUs that
 jobs hold. The per-node preflight, the shared-storage round trip and the benchmark are the
-full checks' (:mod:`checks.cluster`, ``rayrig check``).
+full checks' (:mod:`checks.full`, ``rayrig check``).
 
 Judged per host (:func:`quick_reasons`): alive in Ray at its address; its node's CPUs, GPUs
 and custom resources equal to ``ray_num_cpus``, ``ray_num_gpus`` and ``ray_resources``
@@ -29,7 +29,7 @@ from typing import Any
 
 from . import preflight
 from . import report as report_mod
-from .cluster import PACKAGE_DIR, ChecksRun, declaration
+from .full import PACKAGE_DIR, ChecksRun, declaration
 from .node import Node
 from .verdict import FAIL, INFO, WARN, Reason, Verdict
 
@@ -70,7 +70,7 @@ def _resource_reasons(decl: Mapping[str, Any], resources: Mapping[str, Any]) -> 
 def quick_reasons(declarations: Sequence[Mapping[str, Any]], state: Mapping[str, Any]) -> list[Reason]:
     """Every declared host alive in Ray with its resources and its ``ray_version``; INFO when all are.
 
-    ``declarations``: :func:`checks.cluster.declaration` of each host, with its ``ray_version``;
+    ``declarations``: :func:`checks.full.declaration` of each host, with its ``ray_version``;
     ``state``: what :mod:`checks.cluster_state` printed.
     """
     reasons: list[Reason] = []

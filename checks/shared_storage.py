@@ -18,10 +18,10 @@ runs under ``timeout`` (:func:`check_timeout`): a hung mount becomes a FAIL, nev
 a hung deploy. This module holds the operator's side: which node has which mount,
 the probe's configuration, and the judgement of its result.
 
-Example (what :func:`checks.cluster.run_checks` does)::
+Example (what :func:`checks.full.run_checks` does)::
 
     mounts = storage_mounts({"10.0.0.1": head_settings, "10.0.0.2": worker_settings})
-    ok, lines = head.run(storage_command("ray-node", mounts))   # checks.cluster
+    ok, lines = head.run(storage_command("ray-node", mounts))   # checks.full
     result = parse_result(lines)          # {"mounts": [...], "alive": [...]} or None
     reasons = storage_reasons(result, {"10.0.0.2": "gpu-1"})
 """

@@ -152,24 +152,7 @@ def check(config: dict[str, Any]) -> dict[str, Any]:
     def on(name: str, ip: str, *args: Any) -> Any:
         return task[name].options(resources={f"node:{ip}": 0.001}).remote(*args)
 
-    results: list[dict[str, Any]] = []
-    for m in config["mounts"]:
-        errors = [
-            {"node": ip, "stage": "skipped", "error": "not an alive Ray node"} for ip in m["nodes"] if ip not in alive
-        ]
-        results.append(
-            {
-                "path": m["path"],
-                "kind": m["kind"],
-                "writable": m["writable"],
-                "nodes_with_mount": m["nodes"],
-                "written_on": None,
-                "read_on": [],
-                "listed_on": [],
-                "seconds": 0.0,
-                "errors": errors,
-            }
-        )
+    results = [_empty_result(m, alive) for m in config["mounts"]]
 
     probes = gather(
         {
@@ -192,10 +175,7 @@ def check(config: dict[str, Any]) -> dict[str, Any]:
     for i, m in enumerate(config["mounts"]):
         seen = good.get(i, {})
         if not m["writable"]:
-            listings = {ip: seen[ip]["entries"] for ip in m["nodes"] if ip in seen}
-            results[i]["listed_on"] = list(listings)
-            results[i]["seconds"] = max((seen[ip]["seconds"] for ip in listings), default=0.0)
-            results[i]["errors"] += listing_errors(listings)
+            _note_listings(results[i], m, seen)
             continue
         writer = next((ip for ip in m["writers"] if ip in seen), None)
         if writer is None:
@@ -238,11 +218,42 @@ def check(config: dict[str, Any]) -> dict[str, Any]:
             results[i]["errors"].append({"node": plans[i][0], "stage": "cleanup", "error": answer["error"]})
 
     for r in results:
-        r["seconds"] = round(r["seconds"], 3)
-        failures = [e for e in r["errors"] if e["stage"] not in ("skipped", "cleanup")]
-        r["ok"] = not failures and bool(r["read_on"] or r["listed_on"])
-        r["error"] = failures[0]["error"] if failures else None if r["ok"] else "no alive node could check it"
+        _judge(r)
     return {"alive": alive, "mounts": results}
+
+
+def _empty_result(mount: dict[str, Any], alive: list[str]) -> dict[str, Any]:
+    """A mount's result before any task ran: its nodes that are not alive are skipped."""
+    errors = [
+        {"node": ip, "stage": "skipped", "error": "not an alive Ray node"} for ip in mount["nodes"] if ip not in alive
+    ]
+    return {
+        "path": mount["path"],
+        "kind": mount["kind"],
+        "writable": mount["writable"],
+        "nodes_with_mount": mount["nodes"],
+        "written_on": None,
+        "read_on": [],
+        "listed_on": [],
+        "seconds": 0.0,
+        "errors": errors,
+    }
+
+
+def _note_listings(result: dict[str, Any], mount: dict[str, Any], seen: dict[str, dict[str, Any]]) -> None:
+    """A read-only mount: where it was listed, and the nodes whose listing differs from the others'."""
+    listings = {ip: seen[ip]["entries"] for ip in mount["nodes"] if ip in seen}
+    result["listed_on"] = list(listings)
+    result["seconds"] = max((seen[ip]["seconds"] for ip in listings), default=0.0)
+    result["errors"] += listing_errors(listings)
+
+
+def _judge(result: dict[str, Any]) -> None:
+    """A mount's ``ok`` and first ``error``: skipped nodes and cleanup problems do not fail it."""
+    result["seconds"] = round(result["seconds"], 3)
+    failures = [e for e in result["errors"] if e["stage"] not in ("skipped", "cleanup")]
+    result["ok"] = not failures and bool(result["read_on"] or result["listed_on"])
+    result["error"] = failures[0]["error"] if failures else None if result["ok"] else "no alive node could check it"
 
 
 def main(argv: list[str] | None = None) -> int:

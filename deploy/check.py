@@ -11,8 +11,8 @@ validated first, like the deploy. Nothing is changed on any host.
 from pyinfra import host, inventory
 
 from deploy.post_checks import post_deploy_checks
-from deploy.timings import start_phase_clock
-from deploy.validate import validate_once
+from deploy.run.timings import start_phase_clock
+from deploy.run.validate import validate_once
 
 validate_once(host.state, inventory)
 start_phase_clock(host.state)

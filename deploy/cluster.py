@@ -6,30 +6,30 @@ The inventory is validated first, for all hosts at once: a problem anywhere
 stops the deploy before any operation runs on any host. So does a run limited
 to some hosts (--limit) that would change the cluster's members behind the
 others' backs, and a local Ray token that is not the cluster's; a missing one
-is fetched from the head (``deploy/cluster_token.py``).
+is fetched from the head (``deploy/ray/cluster_token.py``).
 """
 
 from pyinfra import host, inventory
 
-from deploy.absent import remove_from_cluster
-from deploy.base import base
-from deploy.cluster_token import settle_token_once
-from deploy.docker import distro_packages as docker_packages
-from deploy.docker import docker
-from deploy.firewall import distro_packages as firewall_packages
-from deploy.firewall import firewall
-from deploy.membership import check_membership, record_members
-from deploy.monitoring_exporters import monitoring_exporters
-from deploy.monitoring_server import monitoring_server
-from deploy.nvidia import nvidia
+from deploy.contract.settings import is_absent
+from deploy.firewall.nftables import distro_packages as firewall_packages
+from deploy.firewall.nftables import firewall
+from deploy.host.base import base
+from deploy.host.docker import distro_packages as docker_packages
+from deploy.host.docker import docker
+from deploy.host.nvidia import nvidia
+from deploy.host.ray_image import ray_image, wait_for_image
+from deploy.host.secret_files import private_uploads
+from deploy.monitoring.exporters import monitoring_exporters
+from deploy.monitoring.server import monitoring_server
 from deploy.post_checks import post_deploy_checks
-from deploy.ray_image import ray_image, wait_for_image
-from deploy.ray_node import ray_node
-from deploy.secret_files import private_uploads
-from deploy.settings import is_absent
-from deploy.storage import storage
-from deploy.timings import start_phase_clock
-from deploy.validate import validate_once
+from deploy.ray.absent import remove_from_cluster
+from deploy.ray.cluster_token import settle_token_once
+from deploy.ray.membership import check_membership, record_members
+from deploy.ray.ray_node import ray_node
+from deploy.run.timings import start_phase_clock
+from deploy.run.validate import validate_once
+from deploy.storage.mounts import storage
 
 validate_once(host.state, inventory)
 start_phase_clock(host.state)

@@ -9,11 +9,11 @@ connections pyinfra already holds. A FAIL verdict makes pyinfra exit non-zero.
 
 Which checks run (:func:`choose_mode`, the head's ``checks_mode``): the deploy runs the full
 checks, with the benchmark, when it created or replaced a ray-node container
-(:mod:`deploy.replacements`), and the quick checks (:mod:`checks.quick`) otherwise;
+(:mod:`deploy.run.replacements`), and the quick checks (:mod:`checks.quick`) otherwise;
 ``deploy/check.py`` (``rayrig check``) runs the full checks. ``checks_mode = "full"`` or
 ``"quick"`` chooses one for both.
 
-The checks themselves are :func:`checks.cluster.run_checks`; this module hands
+The checks themselves are :func:`checks.full.run_checks`; this module hands
 them each host as a :class:`checks.node.Node` (:class:`PyinfraNode`), with its
 settings and GPU facts, and prints what they found.
 """
@@ -32,17 +32,17 @@ from pyinfra.api.exceptions import PyinfraError
 from pyinfra.connectors.fake import FakeConnector
 
 from checks import report
-from checks.cluster import run_checks as run_cluster_checks
 from checks.fanout import MAX_WORKERS
+from checks.full import run_checks as run_cluster_checks
 from checks.quick import run_quick_checks
 from checks.verdict import FAIL, Verdict
-from deploy.facts import NvidiaDevices, fact
-from deploy.memo import run_memo
-from deploy.ray_node import head_host
-from deploy.replacements import replaced_hosts
-from deploy.secret_files import AS_SSH_USER, ESCALATION
-from deploy.settings import host_data, host_settings, node_address, present_hosts
-from deploy.timings import checks_phase, report_phases, table_after_checks
+from deploy.contract.settings import host_data, host_settings, node_address, present_hosts
+from deploy.host.secret_files import AS_SSH_USER, ESCALATION
+from deploy.ray.ray_node import head_host
+from deploy.run.facts import NvidiaDevices, fact
+from deploy.run.memo import run_memo
+from deploy.run.replacements import replaced_hosts
+from deploy.run.timings import checks_phase, report_phases, table_after_checks
 
 FULL, QUICK = "full", "quick"
 NAMED_HOSTS = 5  # the replaced hosts the report names; more are counted

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from deploy.settings import defaults
+from deploy.contract.settings import defaults
 
 #: The Ray version images are built with: ``ray_version``'s default in ``inventories/group_data/all.py``.
 RAY_VERSION: str = defaults()["ray_version"]

@@ -49,21 +49,7 @@ def stream_command(
         stderr=subprocess.STDOUT,
     )
     writer_error: list[BaseException] = []
-    writer = None
-    if stdin_writer is not None:
-        assert proc.stdin is not None
-
-        def _write() -> None:
-            try:
-                stdin_writer(proc.stdin)  # type: ignore[arg-type]
-            except BaseException as exc:  # noqa: BLE001 - reported after the command ends
-                writer_error.append(exc)
-            finally:
-                with contextlib.suppress(OSError):
-                    proc.stdin.close()  # type: ignore[union-attr]
-
-        writer = threading.Thread(target=_write, daemon=True)
-        writer.start()
+    writer = _start_writer(proc, stdin_writer, writer_error) if stdin_writer is not None else None
 
     lines: list[str] = []
     tail: collections.deque[str] = collections.deque(maxlen=40)
@@ -109,3 +95,23 @@ def stream_command(
         why = f"exit status {rc}" if rc else f"stdin writer failed: {writer_error[0]!r}"
         raise CommandError(f"command failed ({why}): {' '.join(cmd)}\n  last output:\n    " + "\n    ".join(tail))
     return lines
+
+
+def _start_writer(
+    proc: subprocess.Popen, stdin_writer: Callable[[io.BufferedWriter], None], errors: list[BaseException]
+) -> threading.Thread:
+    """``stdin_writer`` fed the process's stdin in a thread, which closes it; what it raised goes to ``errors``."""
+    assert proc.stdin is not None
+
+    def _write() -> None:
+        try:
+            stdin_writer(proc.stdin)  # type: ignore[arg-type]
+        except BaseException as exc:  # noqa: BLE001 - reported after the command ends
+            errors.append(exc)
+        finally:
+            with contextlib.suppress(OSError):
+                proc.stdin.close()  # type: ignore[union-attr]
+
+    writer = threading.Thread(target=_write, daemon=True)
+    writer.start()
+    return writer

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from deploy import auth
+from deploy.ray import auth
 from rayrig.inventory import Inventory, SshSettings, local_path, ssh_argv
 
 LOOPBACK_OR_ANY = ("127.0.0.1", "localhost", "::1", "0.0.0.0", "::")

@@ -34,15 +34,14 @@ from pyinfra.api.exceptions import PyinfraError
 from cloud.ec2 import CloudError, SpecError
 from cloud.ec2.aws import explain_error
 from cloud.lab import LabError
-from deploy.auth import TokenError
-from deploy.tls import TLSError
+from deploy.ray.auth import TokenError
+from deploy.ray.tls_ca import TLSError
 from images.stream import CommandError
 from rayrig.dashboard import DashboardError
 from rayrig.inventory import OperateError
 from rayrig.jobs import JobError
 from rayrig.run import InventoryFileError
 
-EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130

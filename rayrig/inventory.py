@@ -10,7 +10,7 @@ with ``pyinfra INVENTORY debug-inventory --json`` in a child process run from th
 repository root: pyinfra's command-line package patches the standard library for gevent
 as soon as it is imported, which this process must not inherit. rayrig's defaults
 (``inventories/group_data/all.py``) are merged on top, as in a deploy
-(:mod:`deploy.settings`).
+(:mod:`deploy.contract.settings`).
 
 The hosts are reached with the system's OpenSSH client, given the same SSH settings
 pyinfra's connector reads from each host's data (:func:`ssh_argv`): the user's own SSH
@@ -29,9 +29,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from deploy.paths import repo_root
-from deploy.schema import validate_cluster
-from deploy.settings import merge
+from deploy.contract.paths import repo_root
+from deploy.contract.schema import validate_cluster
+from deploy.contract.settings import merge
 
 #: Seconds ssh waits for a host's SSH server before it gives up (non-interactive commands).
 CONNECT_TIMEOUT_S = 10

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from deploy import auth
+from deploy.ray import auth
 
 #: What a job ends as, and the exit status ``rayrig submit`` ends with for it.
 EXIT_STATUS = {"SUCCEEDED": 0, "FAILED": 1, "STOPPED": 1}

@@ -26,7 +26,7 @@ from typing import Any
 
 from checks.quick import quick_command, quick_reasons, result_of
 from checks.verdict import INFO
-from deploy.ray_temp import CONTAINER_PATH
+from deploy.ray.ray_temp import CONTAINER_PATH
 from rayrig.inventory import EXIT_FAILURE, Host, Inventory, OperateError, ssh_argv, unreachable
 
 #: ssh's own exit status when it failed (no connection, refused key, changed host key).

@@ -16,8 +16,8 @@ import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from deploy.paths import repo_root
-from deploy.validate import RAN_FILE_ENV
+from deploy.contract.paths import repo_root
+from deploy.run.validate import RAN_FILE_ENV
 
 DEPLOY_FILE = "deploy/cluster.py"
 CHECKS_FILE = "deploy/check.py"

@@ -43,7 +43,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a script from anywhere: the project's packages live in the root
     sys.path.insert(0, str(ROOT))
 
-from checks.cluster import cleanup_command, install_command, made_dir, package_tarball, workdir_command  # noqa: E402
+from checks.full import cleanup_command, install_command, made_dir, package_tarball, workdir_command  # noqa: E402
 from rayrig.inventory import Host, OperateError, load_inventory, ssh_argv  # noqa: E402
 
 #: The driver that runs in the head's ray-node (``python - TASKS OBJECT_MB REPEATS``); prints ``RESULT <json>``.

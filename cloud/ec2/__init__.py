@@ -43,7 +43,7 @@ The modules, in the order a run of ``up`` meets them: ``spec`` (the file, with
 ``spec_schema``, ``spec_zones`` and ``spec_s3``),
 ``aws`` (clients, errors, tags), ``ami`` (the AMI and instance types),
 ``rules`` (the security group), ``iam`` (the instance profile), ``pricing``
-(rates from AWS; ``prices``, the offline table), ``plan`` (discover and plan),
+(rates from AWS; ``instance_types``, the offline table of GPUs and prices), ``plan`` (discover and plan),
 ``apply`` (one ensure-step per resource), ``failover`` (where each launch is
 tried), ``waits`` (polling), ``state`` (what this machine remembers),
 ``bring_up``; then ``teardown`` (down, ls, reap), ``expiry`` (the instances'

@@ -6,7 +6,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from cloud.ec2 import prices
+from cloud.ec2 import instance_types
 from cloud.ec2.aws import Aws, CloudError, aws_step
 from cloud.ec2.spec import ClusterSpec
 
@@ -123,7 +123,7 @@ def check_fit(spec: ClusterSpec, ami: Ami, types: Mapping[str, Mapping[str, Any]
 
 def gpus_of(instance_type: str, info: Mapping[str, Any] | None = None) -> int | None:
     """GPUs of an instance type: from the price table, else from a described type, else None."""
-    known = prices.gpu_count(instance_type)
+    known = instance_types.gpu_count(instance_type)
     if known is not None:
         return known
     if info is not None:

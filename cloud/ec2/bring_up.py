@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from botocore.exceptions import BotoCoreError, ClientError
 
@@ -101,13 +101,7 @@ def up(
         for line in efa.plan_lines(spec, efa_counts, types):
             say(f"  EFA     {line}")
 
-        if plan.creates and not assume_yes:
-            if confirm is None:
-                raise CloudError("not confirmed: nobody to ask; pass --yes to create without asking")
-            if not confirm("Create these resources?"):
-                raise CloudError("not confirmed; nothing was created")
-        elif not plan.creates:
-            say("Nothing to create: every resource of the cluster exists.")
+        _confirm(plan.creates, assume_yes, confirm, say)
 
         base_tags = {
             TAG_CLUSTER: spec.name,
@@ -121,19 +115,7 @@ def up(
             build = Build(aws, spec, ami, existing, ports, base_tags, ledger, say, timeout_s, efa=efa_counts)
             instances = apply(build, plan)
         except (CloudError, ClientError, BotoCoreError, KeyboardInterrupt) as exc:
-            if isinstance(exc, (ClientError, BotoCoreError)):
-                reason = explain_error(exc, "bringing the cluster up", spec.region)
-            elif isinstance(exc, KeyboardInterrupt):
-                reason = "interrupted"
-            else:
-                reason = str(exc)
-            left = roll_back(aws, ledger, reason, timeout_s, say)
-            if left:
-                raise CloudError(
-                    f"{reason}; could not remove {len(left)} resource(s) this run created (listed above): "
-                    f"run 'rayrig cloud down {spec.name}'"
-                ) from None
-            raise CloudError(f"{reason}; removed what this run created") from None
+            _undo(aws, spec, ledger, exc, timeout_s, say)
 
         state_file = save_state(spec, ami.ssh_user, instances)
     addresses = [address(i, spec.network.public_ips and not spec.network.bastion) for i in instances]
@@ -149,6 +131,34 @@ def up(
         f"Next: RAYRIG_CLUSTER={spec.name} pyinfra inventories/ec2.py deploy/cluster.py"
     )
     return UpResult(spec.name, spec.region, ledger.created, instances, pending, state_file)
+
+
+def _confirm(creates: Any, assume_yes: bool, confirm: Confirm | None, say: Progress) -> None:
+    """Go on only when there is nothing to create, or creating was accepted (``--yes``, or ``confirm``)."""
+    if creates and not assume_yes:
+        if confirm is None:
+            raise CloudError("not confirmed: nobody to ask; pass --yes to create without asking")
+        if not confirm("Create these resources?"):
+            raise CloudError("not confirmed; nothing was created")
+    elif not creates:
+        say("Nothing to create: every resource of the cluster exists.")
+
+
+def _undo(aws: Aws, spec: ClusterSpec, ledger: Ledger, exc: BaseException, timeout_s: float, say: Progress) -> NoReturn:
+    """Remove what this run created after ``exc`` stopped it, and raise the error that says so."""
+    if isinstance(exc, (ClientError, BotoCoreError)):
+        reason = explain_error(exc, "bringing the cluster up", spec.region)
+    elif isinstance(exc, KeyboardInterrupt):
+        reason = "interrupted"
+    else:
+        reason = str(exc)
+    left = roll_back(aws, ledger, reason, timeout_s, say)
+    if left:
+        raise CloudError(
+            f"{reason}; could not remove {len(left)} resource(s) this run created (listed above): "
+            f"run 'rayrig cloud down {spec.name}'"
+        ) from None
+    raise CloudError(f"{reason}; removed what this run created") from None
 
 
 def roll_back(aws: Aws, ledger: Ledger, reason: str, timeout_s: float, say: Progress) -> list[str]:

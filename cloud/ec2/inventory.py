@@ -5,9 +5,9 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
-from cloud.ec2 import efa, prices
+from cloud.ec2 import efa, instance_types
 from cloud.ec2.ami import gpus_of, instance_type_info, ssh_user_for_ami
 from cloud.ec2.aws import (
     TAG_GROUP,
@@ -77,28 +77,11 @@ def cluster_hosts(name: str | None = None, region: str | None = None) -> tuple[H
     if not instances:
         raise CloudError(f"cluster {name} has no running instances in {aws.region} ('rayrig cloud ls' lists clusters)")
 
-    unknown_types = {i["InstanceType"] for i in instances if prices.gpu_count(i["InstanceType"]) is None}
+    unknown_types = {i["InstanceType"] for i in instances if instance_types.gpu_count(i["InstanceType"]) is None}
     type_info = instance_type_info(aws, unknown_types) if unknown_types else {}
     users = _ssh_users(aws, instances, spec.ami.ssh_user if spec else None)
 
-    if spec is not None:
-        public = spec.network.public_ips
-        bastion, bastion_key = spec.network.bastion, spec.network.bastion_ssh_key
-        key = spec.ssh_private_key
-        shared, per_group = spec.host_data, {g.name: g.host_data for g in spec.groups}
-        admins, anywhere = list(spec.admin_cidrs), spec.allow_ssh_from_anywhere
-    else:
-        if state.get("secret_keys"):
-            raise CloudError(
-                f"cluster {name}: the spec {state.get('spec') or '?'} recorded in {state_path(name)} is gone, and "
-                f"the state keeps no secrets ({', '.join(state['secret_keys'])} are only in the spec): "
-                f"put the spec back there"
-            )
-        public = state.get("public_ips", True)
-        bastion, bastion_key = state.get("bastion"), state.get("bastion_ssh_key")
-        key = state.get("ssh_private_key")
-        shared, per_group = state.get("host_data", {}), state.get("group_host_data", {})
-        admins, anywhere = state.get("admin_cidrs", []), state.get("allow_ssh_from_anywhere", False)
+    public, bastion, bastion_key, key, shared, per_group, admins, anywhere = _recorded(name, state, spec)
 
     def order(i: Mapping[str, Any]) -> tuple[str, str]:
         return (tags_of(i).get(TAG_GROUP, ""), i.get("PrivateIpAddress", ""))
@@ -137,6 +120,49 @@ def cluster_hosts(name: str | None = None, region: str | None = None) -> tuple[H
             f"(tag {TAG_ROLE}=head)"
         )
     return hosts["head"], hosts["worker"]
+
+
+class _Recorded(NamedTuple):
+    """What the spec (else the state ``up`` recorded) says of how hosts are reached and what data they get."""
+
+    public_ips: bool
+    bastion: str | None
+    bastion_key: Any
+    ssh_key: Any
+    host_data: dict[str, Any]
+    group_host_data: dict[str, dict[str, Any]]
+    admin_cidrs: list[str]
+    allow_ssh_from_anywhere: bool
+
+
+def _recorded(name: str, state: Mapping[str, Any], spec: Any) -> _Recorded:
+    if spec is not None:
+        return _Recorded(
+            spec.network.public_ips,
+            spec.network.bastion,
+            spec.network.bastion_ssh_key,
+            spec.ssh_private_key,
+            spec.host_data,
+            {g.name: g.host_data for g in spec.groups},
+            list(spec.admin_cidrs),
+            spec.allow_ssh_from_anywhere,
+        )
+    if state.get("secret_keys"):
+        raise CloudError(
+            f"cluster {name}: the spec {state.get('spec') or '?'} recorded in {state_path(name)} is gone, and "
+            f"the state keeps no secrets ({', '.join(state['secret_keys'])} are only in the spec): "
+            f"put the spec back there"
+        )
+    return _Recorded(
+        state.get("public_ips", True),
+        state.get("bastion"),
+        state.get("bastion_ssh_key"),
+        state.get("ssh_private_key"),
+        state.get("host_data", {}),
+        state.get("group_host_data", {}),
+        state.get("admin_cidrs", []),
+        state.get("allow_ssh_from_anywhere", False),
+    )
 
 
 def _efa_data(instance: Mapping[str, Any]) -> dict[str, Any]:

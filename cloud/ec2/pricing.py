@@ -2,7 +2,7 @@
 
 A ``PriceBook`` looks each price up once per run, for the cluster's region
 (and zones, for spot), with clients that give up within seconds. When a lookup
-fails, the rate comes from rayrig's offline table (``prices.py``, on-demand
+fails, the rate comes from rayrig's offline table (``instance_types.py``, on-demand
 only; spot is then priced at the on-demand rate, an upper bound), and the book
 keeps one line saying which lookup failed and why (``notices``), which the
 command prints. After one failure of an API the book asks it nothing more.
@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from cloud.ec2 import prices
+from cloud.ec2 import instance_types
 from cloud.ec2.aws import TAG_CREATED_AT, Aws, CloudError, aws_step, parse_time, tags_of
 
 #: The Pricing API answers in us-east-1 (and ap-south-1, eu-central-1) only, for every region's prices.
@@ -219,18 +219,18 @@ class PriceBook:
                 found = on_demand_usd(answer.get("PriceList", []))
             except CloudError as exc:
                 self._fail("pricing", f"prices: {exc}; on-demand rates below are from the {TABLE_SOURCE} "
-                                      f"({prices.PRICE_NOTE})")  # fmt: skip
+                                      f"({instance_types.PRICE_NOTE})")  # fmt: skip
             except (ValueError, TypeError, AttributeError) as exc:
                 self._fail("pricing", f"prices: {doing}: the answer is not a price list ({exc}); on-demand rates "
-                                      f"below are from the {TABLE_SOURCE} ({prices.PRICE_NOTE})")  # fmt: skip
+                                      f"below are from the {TABLE_SOURCE} ({instance_types.PRICE_NOTE})")  # fmt: skip
             else:
                 if found is not None:
                     return Rate(found, ON_DEMAND_SOURCE)
                 self.notices.append(
                     f"prices: the AWS Pricing API lists no Linux on-demand price of {instance_type} in {self.region}; "
-                    f"its rate is from the {TABLE_SOURCE} ({prices.PRICE_NOTE})"
+                    f"its rate is from the {TABLE_SOURCE} ({instance_types.PRICE_NOTE})"
                 )
-        return Rate(prices.hourly_usd(instance_type), TABLE_SOURCE)
+        return Rate(instance_types.hourly_usd(instance_type), TABLE_SOURCE)
 
     def _look_up_spot(self, instance_type: str, zones: tuple[str, ...]) -> dict[str, float] | None:
         if "spot" in self._failed:
@@ -268,7 +268,7 @@ class PriceBook:
 
 def offline_rate(instance_type: str, market: str, zones: Sequence[str] = ()) -> Rate:
     """A rate from the offline table alone (spot at the on-demand rate), for work that asks AWS nothing."""
-    rate = prices.hourly_usd(instance_type)
+    rate = instance_types.hourly_usd(instance_type)
     return Rate(rate, TABLE_SOURCE if market != "spot" or rate is None else f"{TABLE_SOURCE}, on-demand rate")
 
 

@@ -12,13 +12,13 @@ from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
 from cloud.ec2.spec import ClusterSpec
-from deploy.ports import member_ports, ray_port_ranges
-from deploy.settings import merge
+from deploy.contract.ports import member_ports, ray_port_ranges
+from deploy.contract.settings import merge
 
 
 def ray_ports(host_data: Mapping[str, Any] | None = None) -> dict[str, int]:
     """The ports only the cluster's members may reach, with the spec's overrides: ``ray_ports`` (Ray's
-    metrics ports included) and the exporters' ``monitoring_ports`` (``deploy.ports.member_ports``, the
+    metrics ports included) and the exporters' ``monitoring_ports`` (``deploy.contract.ports.member_ports``, the
     list the host firewall admits from the members)."""
     return member_ports(merge(host_data or {}))
 

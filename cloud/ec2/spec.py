@@ -1,60 +1,10 @@
-"""The cluster spec of an EC2 sprint cluster: a TOML file, validated and loaded (the schema: spec_schema.py;
-its zones: spec_zones.py; its S3 buckets and the mounts they must cover: spec_s3.py).
+"""The cluster spec of an EC2 sprint cluster: a TOML file, validated and loaded (the schema:
+spec_schema.py; its zones: spec_zones.py; its S3 buckets and the mounts they must cover: spec_s3.py).
 
-``load_spec(path)`` reads and validates a spec completely (schema, then the
-rules that span keys, then the host data against ``deploy/schema.py``) before
-anything talks to AWS, and raises ``SpecError`` listing every problem, each
-naming the file, the key, the value found and what is expected.
-
-A spec, with every optional key shown (see ``examples/sprint42.toml``)::
-
-    name = "sprint42"                   # the cluster's name, tag rayrig:cluster
-    region = "us-east-1"
-    owner = "aiko@example.com"          # tag rayrig:owner
-    ttl = "7d"                          # expiry = first up + ttl (tag rayrig:expires-at)
-    admin_cidrs = ["198.51.100.0/24"]   # who may SSH in; nobody else reaches anything
-    allow_ssh_from_anywhere = false     # must be true to list a network wider than /8 (IPv6: /16)
-    ssh_public_key = "~/.ssh/id_ed25519.pub"
-    ssh_private_key = "~/.ssh/id_ed25519"   # default: the public key's path without .pub
-    placement_group = true              # a cluster placement group for the workers
-    s3_buckets = ["datasets", { name = "checkpoints", write = true }]   # an instance role for these buckets
-    # iam_instance_profile = "ml-data-reader"   # or: attach an existing instance profile (name or ARN)
-
-    [ami]                               # exactly one of id / ssm_parameter
-    ssm_parameter = "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id"
-    # id = "ami-0123456789abcdef0"
-    # ssh_user = "ubuntu"               # default: from the AMI's family
-
-    [network]                           # all optional
-    # vpc_id = "vpc-..."  subnet_id = "subnet-..."   # use these instead of creating a VPC
-    vpc_cidr = "10.42.0.0/16"
-    subnet_cidr = "10.42.0.0/20"
-    availability_zones = ["us-east-1a", "us-east-1b"]   # tried in order (or availability_zone = "...")
-    public_ips = true
-    # bastion = "ec2-user@bastion.example.com"      # reach private addresses through it
-    internet_egress = true              # outbound internet (package and image pulls)
-
-    [head]
-    instance_type = "m5.2xlarge"
-    market = "on-demand"                # or "spot"
-    root_volume_gb = 200
-
-    [[workers]]
-    name = "gpu"
-    instance_types = ["g5.12xlarge", "g6e.12xlarge"]   # tried in order (or instance_type = "...")
-    count = 2
-    market = "spot"
-    spot_fallback = "on-demand"         # default "none": a spot group never launches on-demand
-    root_volume_gb = 500
-    host_data = { ray_resources = { a10g = 4 } }
-    # efa = "auto"                      # EFA interfaces: "auto" (EFA type in the placement group), "on", "off"
-
-    [host_data]                         # passed to every host by inventories/ec2.py
-    ray_image = "rayproject/ray:2.60.0-py311-gpu"
-
-On a capacity error, ``up`` tries each zone of a group's first instance type, then
-each zone of its next type; a spot group with ``spot_fallback = "on-demand"`` then
-tries them all again on-demand (``cloud/ec2/failover.py``).
+``load_spec(path)`` reads and validates a spec completely (schema, then the rules that span keys,
+then the host data against ``deploy/contract/schema.py``) before anything talks to AWS, and raises
+``SpecError`` listing every problem. Every key, with an example: docs/design/ec2-spec.md and
+``examples/sprint42.toml``.
 """
 
 from __future__ import annotations
@@ -78,8 +28,8 @@ except ModuleNotFoundError:  # pragma: no cover - Python 3.10 needs the tomli ba
 from cloud.ec2.spec_s3 import S3Bucket, parse_buckets, s3_mount_problems
 from cloud.ec2.spec_schema import SCHEMA, TTL_PATTERN
 from cloud.ec2.spec_zones import parse_zones
-from deploy.admin_networks import narrow_expected, too_wide
-from deploy.schema import StrictValidator, redact, validate_host
+from deploy.contract.admin_networks import narrow_expected, too_wide
+from deploy.contract.schema import StrictValidator, redact, validate_host
 
 MAX_TTL = dt.timedelta(days=30)
 
@@ -260,40 +210,10 @@ def parse_spec(data: Mapping[str, Any], path: Path) -> ClusterSpec:
         else:
             problems.append(f"{source}: {key} = {_show(value)}: expected {expected}")
 
-    # --- TTL ---
-    try:
-        ttl = parse_ttl(data["ttl"])
-    except ValueError:
-        ttl = MAX_TTL + dt.timedelta(days=1)  # far beyond any timedelta: only "too long" can be said
-    if not dt.timedelta(0) < ttl <= MAX_TTL:
-        where("ttl", data["ttl"], "a duration above 0 and at most 30d")
-
-    # --- admin CIDRs ---
+    ttl = _ttl(data["ttl"], where)
     allow_anywhere = bool(data.get("allow_ssh_from_anywhere", False))
-    cidrs: list[str] = []
-    for i, text in enumerate(data["admin_cidrs"]):
-        try:
-            net = ipaddress.ip_network(text, strict=True)
-        except ValueError as exc:
-            hint = ""
-            with contextlib.suppress(ValueError):
-                hint = f" (did you mean {str(ipaddress.ip_network(text, strict=False))!r}?)"
-            where(f"admin_cidrs[{i}]", text, f"a CIDR such as '198.51.100.0/24' ({exc}){hint}")
-            continue
-        if too_wide(net) and not allow_anywhere:
-            where(f"admin_cidrs[{i}]", text, narrow_expected(net.version, "allow_ssh_from_anywhere = true"))
-        cidrs.append(str(net))
-
-    # --- SSH keys ---
-    public_key = _resolve(base, data["ssh_public_key"])
-    key_problem = _public_key_problem(public_key) if public_key else _HOME_PROBLEM
-    if key_problem:
-        where("ssh_public_key", data["ssh_public_key"], key_problem)
-    private_key: Path | None = None
-    if "ssh_private_key" in data:
-        private_key = _key_file(base, data["ssh_private_key"], "ssh_private_key", "private key file", where)
-    elif public_key and public_key.suffix == ".pub" and public_key.with_suffix("").is_file():
-        private_key = public_key.with_suffix("")
+    cidrs = _admin_cidrs(data["admin_cidrs"], allow_anywhere, where)
+    public_key, private_key = _ssh_keys(data, base, where)
 
     # --- AMI ---
     ami_data = data["ami"]
@@ -322,15 +242,7 @@ def parse_spec(data: Mapping[str, Any], path: Path) -> ClusterSpec:
     for i, worker in enumerate(workers):
         problems += _host_data_problems(source, f"workers[{i}].host_data", worker.host_data, host_data)
 
-    # --- instance profile ---
-    iam_profile = data.get("iam_instance_profile")
-    buckets = parse_buckets(data.get("s3_buckets", []), where)
-    if iam_profile is not None and buckets:
-        where(
-            "iam_instance_profile",
-            iam_profile,
-            "either iam_instance_profile (an existing profile) or s3_buckets (a role rayrig creates), not both",
-        )
+    iam_profile, buckets = _instance_role(data, where)
     if not problems:
         groups = [("host_data", {}), ("head.host_data", head.host_data)]
         groups += [(f"workers[{i}].host_data", w.host_data) for i, w in enumerate(workers)]
@@ -358,6 +270,62 @@ def parse_spec(data: Mapping[str, Any], path: Path) -> ClusterSpec:
         iam_instance_profile=iam_profile,
         s3_buckets=buckets,
     )
+
+
+def _instance_role(data: Mapping[str, Any], where: Any) -> tuple[str | None, Any]:
+    """(``iam_instance_profile``, ``s3_buckets``): an existing profile, or the buckets of a role rayrig creates."""
+    iam_profile = data.get("iam_instance_profile")
+    buckets = parse_buckets(data.get("s3_buckets", []), where)
+    if iam_profile is not None and buckets:
+        where(
+            "iam_instance_profile",
+            iam_profile,
+            "either iam_instance_profile (an existing profile) or s3_buckets (a role rayrig creates), not both",
+        )
+    return iam_profile, buckets
+
+
+def _ttl(text: Any, where: Any) -> dt.timedelta:
+    """The spec's ``ttl``, or a problem said through ``where``."""
+    try:
+        ttl = parse_ttl(text)
+    except ValueError:
+        ttl = MAX_TTL + dt.timedelta(days=1)  # far beyond any timedelta: only "too long" can be said
+    if not dt.timedelta(0) < ttl <= MAX_TTL:
+        where("ttl", text, "a duration above 0 and at most 30d")
+    return ttl
+
+
+def _admin_cidrs(texts: list[Any], allow_anywhere: bool, where: Any) -> list[str]:
+    """The spec's ``admin_cidrs``, each a network no wider than allowed, or a problem said through ``where``."""
+    cidrs: list[str] = []
+    for i, text in enumerate(texts):
+        try:
+            net = ipaddress.ip_network(text, strict=True)
+        except ValueError as exc:
+            hint = ""
+            with contextlib.suppress(ValueError):
+                hint = f" (did you mean {str(ipaddress.ip_network(text, strict=False))!r}?)"
+            where(f"admin_cidrs[{i}]", text, f"a CIDR such as '198.51.100.0/24' ({exc}){hint}")
+            continue
+        if too_wide(net) and not allow_anywhere:
+            where(f"admin_cidrs[{i}]", text, narrow_expected(net.version, "allow_ssh_from_anywhere = true"))
+        cidrs.append(str(net))
+    return cidrs
+
+
+def _ssh_keys(data: Mapping[str, Any], base: Path, where: Any) -> tuple[Path | None, Path | None]:
+    """(the public key, the private key: given, or the public key's path without .pub when there is one)."""
+    public_key = _resolve(base, data["ssh_public_key"])
+    key_problem = _public_key_problem(public_key) if public_key else _HOME_PROBLEM
+    if key_problem:
+        where("ssh_public_key", data["ssh_public_key"], key_problem)
+    private_key: Path | None = None
+    if "ssh_private_key" in data:
+        private_key = _key_file(base, data["ssh_private_key"], "ssh_private_key", "private key file", where)
+    elif public_key and public_key.suffix == ".pub" and public_key.with_suffix("").is_file():
+        private_key = public_key.with_suffix("")
+    return public_key, private_key
 
 
 _HOME_PROBLEM = "a path whose ~ names your home or an existing user's (that user's home is unknown here)"
@@ -500,7 +468,7 @@ def _instance_types(data: Mapping[str, Any], name: str, label: str, where: Any) 
 
 
 def _host_data_problems(source: str, key: str, data: Mapping[str, Any], under: Mapping[str, Any]) -> list[str]:
-    """Reserved keys, then the deploy's own schema (deploy/schema.py) on the merged data."""
+    """Reserved keys, then the deploy's own schema (deploy/contract/schema.py) on the merged data."""
     problems = [
         f"{source}: {key}.{k} = {redact(k, data[k])!r}: expected no value: inventories/ec2.py sets {k} itself"
         for k in data

@@ -27,7 +27,7 @@ from typing import Any
 
 from cloud.ec2.aws import TAG_GROUP, TAG_ROLE, TAG_SLOT, CloudError, Progress, tags_of
 from cloud.ec2.spec import ClusterSpec
-from deploy.paths import state_dir
+from deploy.contract.paths import state_dir
 
 #: Names under which a value is kept out of the state file (broader than the deploy's redaction, on purpose).
 SECRET_NAME = re.compile(r"pa?s+w|pwd|secret|token|credential|auth|key", re.IGNORECASE)

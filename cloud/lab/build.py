@@ -24,7 +24,7 @@ from cloud.lab.state import (
     LabError,
     lab_image_tag,
 )
-from deploy.paths import state_dir
+from deploy.contract.paths import state_dir
 from images import context_dir
 from images.build import build_image, context_files, docker_build
 from images.stream import Progress, stream_command

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from cloud.lab.state import LAB_LABEL, PREFERRED_SUBNET, LabError
-from deploy.paths import state_dir
+from deploy.contract.paths import state_dir
 from images.stream import Progress
 
 #: What Docker says when its daemon does not answer (or this user may not use it).

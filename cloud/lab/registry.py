@@ -28,7 +28,7 @@ from cloud.lab.state import (
     LabError,
     lab_image_tag,
 )
-from deploy.paths import state_dir
+from deploy.contract.paths import state_dir
 from images.build import push_image
 from images.stream import Progress
 

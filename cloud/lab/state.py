@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from deploy.paths import state_dir
+from deploy.contract.paths import state_dir
 from images import RAY_VERSION
 
 DEFAULT_NAME = "rayrig-lab"

@@ -31,7 +31,7 @@ from cloud.ec2.aws import default_region, utc_now
 from cloud.ec2.expiry import CHECK_EVERY, extend, name_problem, parse_duration
 from cloud.ec2.pricing import PriceBook, sources_text, span, usd
 from cloud.ec2.state import load_state, recorded_regions, state_path
-from deploy.paths import repo_root
+from deploy.contract.paths import repo_root
 from rayrig.errors import UsageError
 from rayrig.run import DEPLOY_FILE, InventoryFileError, run_pyinfra
 

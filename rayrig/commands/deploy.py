@@ -9,7 +9,7 @@ import time
 
 from checks import report
 from cloud import lab
-from deploy.paths import repo_root
+from deploy.contract.paths import repo_root
 from rayrig.commands.lab import host_count, lab_name
 from rayrig.errors import RayrigError
 from rayrig.run import CHECKS_FILE, DEPLOY_FILE, EXIT_USAGE, InventoryFileError, run_pyinfra

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from checks.report import format_table, latest_report
-from deploy.paths import repo_root
+from deploy.contract.paths import repo_root
 from rayrig import operate
 from rayrig.inventory import Host, Inventory, OperateError, load_inventory, ssh_argv, unreachable
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from cryptography import x509
 
-from deploy import tls
+from deploy.ray import tls_ca
 from rayrig.errors import RayrigError, UsageError
 from rayrig.inventory import OperateError, load_inventory
 from rayrig.run import deploy_rotation
@@ -57,18 +57,18 @@ def _cmd_rotate(args: argparse.Namespace) -> int:
         )
     settings = _tls_settings(args.inventory)
     try:
-        rotation = tls.begin_rotation(settings)
-    except tls.TLSError as error:
+        rotation = tls_ca.begin_rotation(settings)
+    except tls_ca.TLSError as error:
         raise RayrigError(str(error)) from None
     cluster = settings["ray_cluster_name"]
     print(start_message(cluster, rotation), flush=True)
     return deploy_rotation(
         args.inventory,
         args.pyinfra_args,
-        tls.ROTATION_ENV,
+        tls_ca.ROTATION_ENV,
         kept="CA",
-        undo=lambda: tls.undo_rotation(rotation),
-        end=lambda: tls.end_rotation(rotation),
+        undo=lambda: tls_ca.undo_rotation(rotation),
+        end=lambda: tls_ca.end_rotation(rotation),
         failure=lambda status: failure_message(args.inventory, rotation, status),
         done=f"==> Every node of cluster {cluster!r} runs a certificate of the new CA ({rotation.folder / 'ca.crt'}); "
         "the previous CA and the certificates it signed are deleted, and the nodes refuse them. Issue new client "
@@ -76,7 +76,7 @@ def _cmd_rotate(args: argparse.Namespace) -> int:
     )
 
 
-def start_message(cluster: str, rotation: tls.Rotation) -> str:
+def start_message(cluster: str, rotation: tls_ca.Rotation) -> str:
     """What the rotation is about to deploy, and where the previous CA is kept."""
     if rotation.resumed:
         return (
@@ -88,7 +88,7 @@ def start_message(cluster: str, rotation: tls.Rotation) -> str:
     return made + (kept if rotation.previous else "")
 
 
-def failure_message(inventory: str, rotation: tls.Rotation, status: int) -> str:
+def failure_message(inventory: str, rotation: tls_ca.Rotation, status: int) -> str:
     """Where the cluster stands after a rotation's deploy failed, and how to finish it."""
     previous = f", kept in {rotation.previous}" if rotation.previous else ""
     return (
@@ -105,27 +105,27 @@ def failure_message(inventory: str, rotation: tls.Rotation, status: int) -> str:
 def _cmd_client_cert(args: argparse.Namespace) -> int:
     settings = _tls_settings(args.inventory)
     try:
-        tls.client_files(settings, args.name)  # the name, checked before anything is written
-        ca = tls.existing_ca(settings)
-    except tls.TLSError as error:
+        tls_ca.client_files(settings, args.name)  # the name, checked before anything is written
+        ca = tls_ca.existing_ca(settings)
+    except tls_ca.TLSError as error:
         raise UsageError(str(error)) from None
     if ca is None:
         raise UsageError(
-            f'{tls.tls_dir(settings) / "ca.crt"}: the cluster has no CA yet; deploy with ray_tls = "on" first'
+            f'{tls_ca.tls_dir(settings) / "ca.crt"}: the cluster has no CA yet; deploy with ray_tls = "on" first'
         )
     out = Path(args.out).expanduser().resolve() if args.out else None
     if out and args.name == "ca":
         raise UsageError(f"client name 'ca': its certificate would overwrite the CA's copy {out / 'ca.crt'}",
                          "choose another name")  # fmt: skip
     try:
-        cert, key = tls.issue_client_certificate(settings, args.name)
-    except tls.TLSError as error:
+        cert, key = tls_ca.issue_client_certificate(settings, args.name)
+    except tls_ca.TLSError as error:
         raise RayrigError(str(error)) from None
     if out:
         out.mkdir(mode=0o700, parents=True, exist_ok=True)
         for source, target, mode in ((cert, out / cert.name, 0o644), (key, out / key.name, 0o600),
                                      (ca, out / "ca.crt", 0o644)):  # fmt: skip
-            tls.write_file(target, source.read_bytes(), mode)
+            tls_ca.write_file(target, source.read_bytes(), mode)
         cert, key, ca = out / cert.name, out / key.name, out / "ca.crt"
     print("\n".join(client_lines(settings, args.name, cert.resolve(), key.resolve(), ca.resolve())))
     return 0

@@ -16,8 +16,8 @@ import argparse
 import shlex
 from typing import Any
 
-from deploy import auth
-from deploy.cluster_token import ROTATION_ENV
+from deploy.ray import auth
+from deploy.ray.cluster_token import ROTATION_ENV
 from rayrig.errors import UsageError
 from rayrig.inventory import OperateError, load_inventory
 from rayrig.run import deploy_rotation

@@ -18,7 +18,7 @@ from cloud.ec2.ami import ssh_user_for_ami
 from cloud.ec2.aws import tags_of
 from cloud.ec2.spec import load_spec
 from cloud.ec2.state import forget_state
-from deploy.schema import validate_cluster
+from deploy.contract.schema import validate_cluster
 from tests.cloud.conftest import UBUNTU_AMI, base_spec, raw_client
 
 pytestmark = pytest.mark.cloud

@@ -15,8 +15,8 @@ import pytest
 
 from cloud.ec2 import spec_schema
 from cloud.ec2.spec import RESERVED_HOST_DATA, SpecError, parse_spec
-from deploy import schema
-from deploy.schema import validate_host
+from deploy.contract import schema
+from deploy.contract.schema import validate_host
 from tests.cloud.conftest import base_spec
 from tests.hostile_corpus import BASE, HOSTILE, KEY, VALUE, put, string_slots
 

@@ -10,13 +10,13 @@ from collections.abc import Iterator
 import pytest
 from botocore.exceptions import ClientError, EndpointConnectionError, NoCredentialsError
 
-from cloud.ec2 import prices, waits
+from cloud.ec2 import instance_types, waits
 from cloud.ec2.ami import gpus_of
 from cloud.ec2.aws import explain_error
 from cloud.ec2.rules import Rule, exposed_ray_ports, ray_ports, rules_of
 from cloud.ec2.state import without_secrets
 from cloud.ssh import ssh_answers
-from deploy.settings import defaults
+from deploy.contract.settings import defaults
 
 pytestmark = pytest.mark.cloud
 
@@ -201,10 +201,10 @@ def test_credentials_are_scrubbed(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_price_table_covers_the_common_gpu_types() -> None:
     for itype in ("p5.48xlarge", "p4d.24xlarge", "p4de.24xlarge", "g5.xlarge", "g5.48xlarge", "g6.xlarge",
                   "g6e.12xlarge", "g4dn.xlarge", "p3.2xlarge", "m5.2xlarge", "c5.xlarge"):  # fmt: skip
-        assert prices.hourly_usd(itype) is not None and prices.gpu_count(itype) is not None
-    assert prices.gpu_count("p5.48xlarge") == 8 and prices.gpu_count("g5.12xlarge") == 4
-    assert prices.gpu_count("m5.2xlarge") == 0
-    assert prices.PRICES_AS_OF in prices.PRICE_NOTE and "approximate" in prices.PRICE_NOTE
+        assert instance_types.hourly_usd(itype) is not None and instance_types.gpu_count(itype) is not None
+    assert instance_types.gpu_count("p5.48xlarge") == 8 and instance_types.gpu_count("g5.12xlarge") == 4
+    assert instance_types.gpu_count("m5.2xlarge") == 0
+    assert instance_types.PRICES_AS_OF in instance_types.PRICE_NOTE and "approximate" in instance_types.PRICE_NOTE
 
 
 def test_gpus_of_falls_back_to_the_described_type() -> None:

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from cloud.ec2 import bring_up
-from deploy.paths import repo_root
+from deploy.contract.paths import repo_root
 from rayrig.commands import cloud as cloud_cmd
 from tests.cloud.conftest import base_spec, raw_client, run_cli
 

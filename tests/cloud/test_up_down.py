@@ -16,7 +16,7 @@ from cloud import ec2
 from cloud.ec2.aws import forget_connections, parse_time
 from cloud.ec2.rules import Rule, exposed_ray_ports, rules_of
 from cloud.ec2.spec import load_spec
-from deploy.settings import defaults
+from deploy.contract.settings import defaults
 from tests.cloud.conftest import REGION, UBUNTU_AMI, Calls, Injector, PlacementGroups, base_spec, raw_client, run_cli
 
 pytestmark = pytest.mark.cloud

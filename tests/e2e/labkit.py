@@ -25,8 +25,10 @@ import pytest
 
 from cloud import lab as local
 from cloud import ssh as remote
-from deploy import auth, firewall, ray_node, settings
-from deploy.paths import repo_root
+from deploy.contract import settings
+from deploy.contract.paths import repo_root
+from deploy.firewall import nftables
+from deploy.ray import auth, ray_node
 
 
 def lab_name(worker: str = "") -> str:
@@ -298,7 +300,7 @@ SIGNATURE = (
     "sudo docker inspect --format "
     f"'{{{{index .Config.Labels \"{ray_node.HASH_LABEL}\"}}}} {{{{.Config.Image}}}} {{{{.State.Running}}}}' "
     "ray-node 2>/dev/null || echo no-ray-node; "
-    f"sudo nft list table {firewall.TABLE} 2>/dev/null | grep -m1 -F 'comment \"' || echo no-table; "
+    f"sudo nft list table {nftables.TABLE} 2>/dev/null | grep -m1 -F 'comment \"' || echo no-table; "
     "systemctl is-active prometheus-node-exporter || true"
 )
 

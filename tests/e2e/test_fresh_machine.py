@@ -26,7 +26,7 @@ import pytest
 from cloud.lab.build import ensure_rootfs
 from cloud.lab.engine import cgroup_version, image_lock, privileged_works
 from cloud.lab.hosts import host_run_flags
-from deploy.paths import repo_root
+from deploy.contract.paths import repo_root
 from images import context_dir
 from images.build import docker_build
 

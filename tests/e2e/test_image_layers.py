@@ -19,7 +19,7 @@ import pytest
 
 from cloud.lab.build import ensure_rootfs
 from cloud.lab.engine import image_lock
-from deploy.paths import state_dir
+from deploy.contract.paths import state_dir
 from images import RAY_VERSION
 from images.build import build_image, docker_image_inspect
 from images.project_layer import PROJECT_MARKER, build_project_wheelhouse, build_with_requirements, requirements_digest

@@ -19,7 +19,9 @@ from pathlib import Path
 import pytest
 
 from cloud import ssh as remote
-from deploy import auth, firewall, ray_temp, settings
+from deploy.contract import settings
+from deploy.firewall import nftables
+from deploy.ray import auth, ray_temp
 from rayrig.dashboard import free_port
 from tests.e2e.labkit import (
     ANSI,
@@ -404,9 +406,9 @@ def test_a_rerun_of_the_secured_inventory_changes_nothing(lab, secured):
 
 def rayrig_table_digest(lab: Lab, h: dict) -> tuple[str | None, str]:
     """(the digest the loaded table carries, the digest of the ruleset file) on a host."""
-    status, listing = remote.run(lab.target(h), f"sudo nft list table {firewall.TABLE}")
-    loaded = firewall.RayrigTable().process(listing.splitlines()) if status == 0 else None
-    return (loaded or {}).get("digest"), firewall.ruleset_digest(lab.sh(h, f"sudo cat {firewall.RULESET_PATH}"))
+    status, listing = remote.run(lab.target(h), f"sudo nft list table {nftables.TABLE}")
+    loaded = nftables.RayrigTable().process(listing.splitlines()) if status == 0 else None
+    return (loaded or {}).get("digest"), nftables.ruleset_digest(lab.sh(h, f"sudo cat {nftables.RULESET_PATH}"))
 
 
 def test_restarting_nftables_leaves_rayrig_table_loaded(lab, secured):

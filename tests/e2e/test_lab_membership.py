@@ -12,7 +12,7 @@ import pytest
 
 from cloud import lab as local
 from cloud import ssh as remote
-from deploy import auth
+from deploy.ray import auth
 from tests.e2e.labkit import LAB, LAB_INVENTORY, Lab, changed_operations, cluster_state, deploy, inventory_variant
 
 pytestmark = pytest.mark.e2e

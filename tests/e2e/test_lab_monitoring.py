@@ -20,8 +20,8 @@ import time
 
 import pytest
 
-from deploy import monitoring_exporters as mon
-from deploy import settings
+from deploy.contract import settings
+from deploy.monitoring import exporters as mon
 from tests.e2e.labkit import HOSTS, Lab, member_can_connect, outsider_probe, ray_ports
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]

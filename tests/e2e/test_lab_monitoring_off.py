@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from deploy import monitoring_exporters as mon
+from deploy.monitoring import exporters as mon
 from tests.e2e.labkit import HOSTS, LAB_INVENTORY, Lab, changed_operations, cluster_state, deploy
 from tests.e2e.test_lab_monitoring import NODE_PORT, listeners
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from deploy.paths import repo_root
+from deploy.contract.paths import repo_root
 from rayrig.dashboard import free_port
 from tests.e2e.labkit import LAB_INVENTORY, Lab, cluster_token, rayrig, rayrig_background
 

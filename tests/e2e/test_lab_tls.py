@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 
 from cloud import ssh as remote
-from deploy import ray_node, settings, tls
+from deploy.contract import settings
+from deploy.ray import ray_node, tls_ca
 from tests.e2e.labkit import (
     HOSTS,
     LAB,
@@ -203,7 +204,7 @@ def test_tls_on_three_alive_nodes_and_the_checks_pass(lab, tls_on):
     wait_for_alive(lab, HOSTS, addresses=[h["address"] for h in lab.hosts])
     for h in lab.hosts:
         env = container_env(lab, h)
-        assert "RAY_USE_TLS=1" in env and f"RAY_TLS_SERVER_KEY={tls.NODE_KEY}" in env, (h["address"], env)
+        assert "RAY_USE_TLS=1" in env and f"RAY_TLS_SERVER_KEY={tls_ca.NODE_KEY}" in env, (h["address"], env)
 
 
 def test_a_rerun_with_tls_on_changes_nothing(lab, tls_on, tls_inventory):
@@ -221,9 +222,9 @@ def test_a_client_with_the_token_but_no_certificate_is_refused(lab, tls_on):
 
 def test_a_client_with_a_certificate_of_another_ca_is_refused(lab, tls_on, tmp_path):
     other = settings.merge({"ray_cluster_name": "another-cluster", "ray_auth_token_file": str(tmp_path / "token")})
-    tls.ensure_ca(other)
-    cert, key = tls.issue_client_certificate(other, "intruder")
-    put_client(lab, cert, key, tls.tls_dir(other) / "ca.crt")
+    tls_ca.ensure_ca(other)
+    cert, key = tls_ca.issue_client_certificate(other, "intruder")
+    put_client(lab, cert, key, tls_ca.tls_dir(other) / "ca.crt")
     try:
         status, said = tls_ray_status(lab, with_tls=True, refused=True)
         assert status != 0 and said.count("node_") < HOSTS, said[-2000:]
@@ -258,10 +259,21 @@ def test_the_heads_gcs_port_speaks_only_tls(lab, client_files):
 
 def test_private_keys_are_0600_on_every_node_and_on_this_machine(lab, client_files):
     for h in lab.hosts:
-        modes = lab.sh(h, f"sudo stat -c '%a %n' {tls.NODE_TLS_DIR} {tls.NODE_KEY} {tls.NODE_CERT} {tls.NODE_CA_CERT}")
-        expected = ["700", tls.NODE_TLS_DIR, "600", tls.NODE_KEY, "644", tls.NODE_CERT, "644", tls.NODE_CA_CERT]
+        modes = lab.sh(
+            h, f"sudo stat -c '%a %n' {tls_ca.NODE_TLS_DIR} {tls_ca.NODE_KEY} {tls_ca.NODE_CERT} {tls_ca.NODE_CA_CERT}"
+        )
+        expected = [
+            "700",
+            tls_ca.NODE_TLS_DIR,
+            "600",
+            tls_ca.NODE_KEY,
+            "644",
+            tls_ca.NODE_CERT,
+            "644",
+            tls_ca.NODE_CA_CERT,
+        ]
         assert modes.split() == expected, (h["address"], modes)
-    folder = tls.tls_dir(LAB_SETTINGS)
+    folder = tls_ca.tls_dir(LAB_SETTINGS)
     assert stat.S_IMODE(folder.stat().st_mode) == 0o700
     keys = sorted(folder.rglob("*.key")) + sorted(client_files.glob("*.key"))
     assert folder / "ca.key" in keys and len(keys) >= 1 + HOSTS + 2, keys  # the CA, each node, the client twice
@@ -277,16 +289,16 @@ def test_no_key_text_in_the_output_docker_inspect_or_the_journal(lab, tls_on):
 
 
 def test_tls_rotate_gives_every_node_a_new_ca_and_refuses_the_old_clients(lab, tls_inventory, client_files):
-    folder = tls.tls_dir(LAB_SETTINGS)
+    folder = tls_ca.tls_dir(LAB_SETTINGS)
     old_ca = (folder / "ca.crt").read_bytes()
     ids = {h["address"]: lab.container_id(h) for h in lab.hosts}
     result = rayrig("tls", "rotate", tls_inventory, "--data", "checks_enabled=False", timeout=1800)
     OUTPUTS.append(result.stdout + result.stderr)
     assert result.returncode == 0, (result.stdout + result.stderr)[-6000:]
     new_ca = (folder / "ca.crt").read_bytes()
-    assert new_ca != old_ca and not (folder / tls.PREVIOUS).exists()
+    assert new_ca != old_ca and not (folder / tls_ca.PREVIOUS).exists()
     for h in lab.hosts:
-        assert lab.sh(h, f"sudo cat {tls.NODE_CA_CERT}").encode() == new_ca, h["address"]
+        assert lab.sh(h, f"sudo cat {tls_ca.NODE_CA_CERT}").encode() == new_ca, h["address"]
         assert lab.container_id(h) != ids[h["address"]], f"ray-node on {h['address']} was not replaced"
     wait_for_alive(lab, HOSTS, addresses=[h["address"] for h in lab.hosts])
     # A client certificate of the previous CA no longer gets in.
@@ -304,7 +316,7 @@ def test_tls_off_converges_in_one_run_and_leaves_ray_node_as_before(lab, before,
     assert sum(changed_operations(output).values()) == 0, changed_operations(output)
     assert config_hashes(lab) == before
     for h in lab.hosts:
-        assert lab.sh(h, f"sudo test -e {tls.NODE_TLS_DIR} && echo THERE || echo GONE").strip() == "GONE"
+        assert lab.sh(h, f"sudo test -e {tls_ca.NODE_TLS_DIR} && echo THERE || echo GONE").strip() == "GONE"
         assert not [v for v in container_env(lab, h) if v.startswith(("RAY_USE_TLS", "RAY_TLS_"))]
     wait_for_alive(lab, HOSTS, addresses=[h["address"] for h in lab.hosts])
     plain = bytes.fromhex(probe_gcs(lab, with_client=False)["plain"])

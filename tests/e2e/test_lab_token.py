@@ -17,8 +17,9 @@ import sys
 import pytest
 
 from cloud import ssh as remote
-from deploy import auth, settings
-from deploy.paths import repo_root, state_dir
+from deploy.contract import settings
+from deploy.contract.paths import repo_root, state_dir
+from deploy.ray import auth
 from tests.e2e.labkit import (
     HOSTS,
     LAB,

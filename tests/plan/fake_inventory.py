@@ -19,8 +19,8 @@ Run it from the repository root (pyinfra puts the working directory on sys.path)
 
 import os as _os
 
-from deploy import auth as _auth
-from deploy import settings as _settings
+from deploy.contract import settings as _settings
+from deploy.ray import auth as _auth
 from tests.plan.fakes.fakehosts import cluster as _cluster
 from tests.plan.fakes.fakehosts import cluster_data as _cluster_data
 

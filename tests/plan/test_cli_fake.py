@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from deploy import auth
+from deploy.ray import auth
 
 ROOT = Path(__file__).resolve().parents[2]
 PYINFRA = Path(sys.executable).with_name("pyinfra")

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from deploy import auth, settings
-from deploy.cluster_token import ROTATION_ENV, ClusterTokenError
+from deploy.contract import settings
+from deploy.ray import auth
+from deploy.ray.cluster_token import ROTATION_ENV, ClusterTokenError
 from tests.plan.fakes.fakehosts import CPU_WORKER, GPU_WORKER, HEAD, reference_cluster
 from tests.plan.harness import run_deploy
 

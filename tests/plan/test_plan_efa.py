@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from deploy.efa import EfaDeviceError
-from deploy.ray_node import HASH_LABEL
+from deploy.host.efa import EfaDeviceError
+from deploy.ray.ray_node import HASH_LABEL
 from tests.plan.fakes.fakehosts import CPU_WORKER, GPU_WORKER, HEAD, expected_run_args, reference_cluster
 from tests.plan.harness import run_deploy
 

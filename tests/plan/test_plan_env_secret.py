@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from deploy import env_secret
-from deploy.env_secret import EnvSecretError
+from deploy.ray import env_secret
+from deploy.ray.env_secret import EnvSecretError
 from tests.plan.fakes.fakehosts import CPU_WORKER, GPU_WORKER, HEAD, UPLOAD_DIR, reference_cluster, with_data
 from tests.plan.harness import run_deploy
 

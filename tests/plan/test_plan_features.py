@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from deploy.nvidia import NvidiaDriverMissing
-from deploy.platform import UnsupportedPlatform
-from deploy.ray_image import start_pull_command
-from deploy.ray_node import GpuCountError
+from deploy.host.nvidia import NvidiaDriverMissing
+from deploy.host.platform import UnsupportedPlatform
+from deploy.host.ray_image import start_pull_command
+from deploy.ray.ray_node import GpuCountError
 from tests.plan.fakes.fakehosts import CPU_WORKER, GPU_WORKER, HEAD, cluster, reference_cluster, with_data
 from tests.plan.harness import run_deploy
 

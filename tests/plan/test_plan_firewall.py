@@ -10,8 +10,8 @@ import socket
 
 import pytest
 
-from deploy.firewall import FirewallConflict, UnresolvableNode
-from deploy.firewall_members import InvalidMemberCidr
+from deploy.firewall.members import InvalidMemberCidr
+from deploy.firewall.nftables import FirewallConflict, UnresolvableNode
 from tests.plan.fakes.fake_firewall import DEPLOY_SOURCE, expected_ruleset
 from tests.plan.fakes.fakehosts import CPU_WORKER, FAMILY, GPU_WORKER, HEAD, OSES, cluster, reference_cluster, with_data
 from tests.plan.harness import HostRun, run_deploy

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from deploy import schema
-from deploy.schema import InventoryError, validate_cluster
+from deploy.contract import schema
+from deploy.contract.schema import InventoryError, validate_cluster
 from tests.hostile_corpus import BASE, HOSTILE, KEY, LOCAL_ONLY, VALUE, label, put, string_slots
 from tests.plan.fakes.fakehosts import HEAD, cluster
 from tests.plan.harness import run_deploy

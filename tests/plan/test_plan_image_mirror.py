@@ -8,8 +8,8 @@ import shlex
 
 import pytest
 
-from deploy import firewall
-from deploy.image_mirror import MirrorError
+from deploy.firewall import nftables
+from deploy.host.image_mirror import MirrorError
 from tests.plan.fakes.fakehosts import CPU_WORKER, GPU_WORKER, HEAD, reference_cluster
 from tests.plan.harness import run_deploy
 
@@ -19,7 +19,7 @@ MIRROR_DATA = {"image_mirror": "head"}
 
 
 def job_args(command: str) -> list[str]:
-    """The background pull's arguments (templates/pull-image.sh) from the command that starts it."""
+    """The background pull's arguments (pull-image.sh) from the command that starts it."""
     words = shlex.split(command.split("; systemd-run ", 1)[1])
     return words[words.index("/usr/local/lib/rayrig/pull-image.sh") + 1 :]
 
@@ -89,7 +89,7 @@ def test_a_head_without_debian_packages_is_refused_before_anything_runs():
 
 
 def ruleset(run, name: str) -> str:
-    return str(run[name].op("Install rayrig's nftables ruleset").uploads[firewall.RULESET_PATH])
+    return str(run[name].op("Install rayrig's nftables ruleset").uploads[nftables.RULESET_PATH])
 
 
 def test_the_heads_firewall_names_the_mirror_port_only_where_the_members_do_not_reach_every_port(fresh):

@@ -12,9 +12,10 @@ import re
 
 import pytest
 
-from deploy import auth, membership, nfs
-from deploy.membership import MembershipChange
-from deploy.schema import InventoryError
+from deploy.contract.schema import InventoryError
+from deploy.ray import auth, membership
+from deploy.ray.membership import MembershipChange
+from deploy.storage import nfs
 from tests.plan.fakes.fakehosts import CPU_WORKER, GPU_WORKER, HEAD, reference_cluster, reference_hosts, with_data
 from tests.plan.harness import run_deploy
 from tests.plan.test_plan_storage import ALL  # the shared storage of the storage plan tests

@@ -1,4 +1,4 @@
-"""Prometheus and Grafana on the monitoring host (deploy/monitoring_server.py), as planned commands."""
+"""Prometheus and Grafana on the monitoring host (deploy/monitoring/server.py), as planned commands."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import shlex
 import pytest
 import yaml
 
-from deploy import monitoring_config as mc
-from deploy.schema import InventoryError
+from deploy.contract.schema import InventoryError
+from deploy.monitoring import config as mc
 from tests.plan.fakes.fakehosts import CPU_WORKER, GPU_WORKER, HEAD, OSES, reference_cluster
 from tests.plan.harness import HostRun, run_deploy
 

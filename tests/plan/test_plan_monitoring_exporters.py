@@ -9,8 +9,8 @@ import shlex
 
 import pytest
 
-from deploy import firewall
-from deploy import monitoring_exporters as mon
+from deploy.firewall import nftables
+from deploy.monitoring import exporters as mon
 from tests.plan.fakes.fakehosts import CPU_WORKER, GPU_WORKER, HEAD, NVIDIA_DAEMON_JSON, OSES, reference_cluster
 from tests.plan.harness import HostRun, Run, run_deploy
 
@@ -142,7 +142,7 @@ def test_the_dcgm_exporter_runs_on_the_gpu_host_only(fresh):
 def test_no_gpu_exporter_when_the_data_says_none():
     run = run_deploy(reference_cluster("ubuntu22", data={"monitoring_gpu_exporter": "none"}))
     assert not run[GPU_WORKER].has_op("gpu-exporter") and not run[GPU_WORKER].has_op("(?i)dcgm")
-    ruleset = run[GPU_WORKER].op("Install rayrig's nftables ruleset").uploads[firewall.RULESET_PATH]
+    ruleset = run[GPU_WORKER].op("Install rayrig's nftables ruleset").uploads[nftables.RULESET_PATH]
     assert "9400" not in ruleset and "9100,  # node_exporter" in ruleset
 
 
@@ -178,7 +178,7 @@ def test_a_package_the_host_already_had_is_configured_but_not_recorded_as_rayrig
 def test_the_metrics_ports_are_open_to_the_members_only(fresh):
     _os, run = fresh
     for name in ALL:
-        ruleset = run[name].op("Install rayrig's nftables ruleset").uploads[firewall.RULESET_PATH]
+        ruleset = run[name].op("Install rayrig's nftables ruleset").uploads[nftables.RULESET_PATH]
         members = ruleset.split("set ray_ports {", 1)[1].split("\n\t}", 1)[0]
         for port, what in ((9100, "node_exporter"), (9400, "gpu_exporter"), (6383, "metrics_export"),
                            (44217, "autoscaler_metrics"), (44227, "dashboard_metrics")):  # fmt: skip
@@ -256,7 +256,7 @@ def test_monitoring_off_removes_what_rayrig_installed(os_name):
     for name in (HEAD, CPU_WORKER):
         assert not run[name].has_op("gpu-exporter")
     # Monitoring is off: the exporters' ports leave the members' set; Ray's metrics ports stay.
-    ruleset = run[HEAD].op("Install rayrig's nftables ruleset").uploads[firewall.RULESET_PATH]
+    ruleset = run[HEAD].op("Install rayrig's nftables ruleset").uploads[nftables.RULESET_PATH]
     assert "9100" not in ruleset and "9400" not in ruleset and "44227,  # dashboard_metrics" in ruleset
 
 

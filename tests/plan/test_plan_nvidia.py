@@ -15,8 +15,8 @@ from collections import defaultdict
 import pytest
 from pyinfra.connectors.fake import FakeConnector
 
-from deploy.nvidia import NvidiaDriverMissing
-from deploy.ray_node import GpuCountError
+from deploy.host.nvidia import NvidiaDriverMissing
+from deploy.ray.ray_node import GpuCountError
 from tests.plan.fakes.fakehosts import (
     CPU_WORKER,
     GPU_WORKER,

@@ -8,7 +8,7 @@ import shlex
 
 import pytest
 
-from deploy.ray_image import start_pull_command
+from deploy.host.ray_image import start_pull_command
 from tests.plan.fakes.fakehosts import (
     CPU_WORKER,
     GPU_WORKER,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from deploy.base import RepositoryKeyError
+from deploy.host.base import RepositoryKeyError
 from tests.plan.fakes.fakehosts import GPU_WORKER, reference_cluster
 from tests.plan.harness import run_deploy
 

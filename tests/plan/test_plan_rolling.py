@@ -10,8 +10,8 @@ import json
 
 import pytest
 
-from deploy.ray_node import HASH_LABEL
-from deploy.rolling import RollingStopped
+from deploy.ray.ray_node import HASH_LABEL
+from deploy.run.rolling import RollingStopped
 from tests.plan.fakes.fakehosts import HEAD, cluster, cluster_data
 from tests.plan.harness import CLUSTER, Run, _run, cli_run, run_deploy
 

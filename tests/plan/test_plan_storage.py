@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from deploy import mount_units, nfs
+from deploy.storage import mount_units, nfs
 from tests.plan.fakes.fakehosts import CPU_WORKER, GPU_WORKER, HEAD, OSES, cluster, reference_cluster, with_data
 from tests.plan.harness import run_deploy
 from tests.plan.test_cli_fake import command_lines, run_pyinfra

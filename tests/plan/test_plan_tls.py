@@ -12,7 +12,8 @@ from types import SimpleNamespace
 import pytest
 from cryptography.hazmat.primitives import serialization
 
-from deploy import node_tls, ray_node, settings, tls
+from deploy.contract import settings
+from deploy.ray import ray_node, tls_ca, tls_node
 from tests.plan.fakes.fakehosts import (
     CPU_WORKER,
     GPU_WORKER,
@@ -32,7 +33,7 @@ ADDRESSES = {HEAD: "10.0.0.1", GPU_WORKER: "10.0.0.2", CPU_WORKER: "10.0.0.3"}
 TLS_ON = {"ray_tls": "on"}
 KEY_MARK = "PRIVATE KEY"
 #: pyinfra's FileContents command for the head's CA certificate.
-HEAD_CA_READ = f"test -e {tls.NODE_CA_CERT} && cat {tls.NODE_CA_CERT}"
+HEAD_CA_READ = f"test -e {tls_ca.NODE_CA_CERT} && cat {tls_ca.NODE_CA_CERT}"
 
 
 def fresh_tls(tmp_path) -> dict[str, str]:
@@ -40,12 +41,12 @@ def fresh_tls(tmp_path) -> dict[str, str]:
     return {**TLS_ON, "ray_auth_token_file": str(tmp_path / "ray_auth_token")}
 
 
-def certificate(hosts, name: str) -> tls.NodeCertificate:
+def certificate(hosts, name: str) -> tls_ca.NodeCertificate:
     """The host's certificate as the operator's machine holds it (the deploy issued it; asking again reuses it)."""
     data = dict(hosts)[name]
     s = settings.merge({k: v for k, v in data.items() if k != "fake_responses"})
     # @fake/... names are no addresses: the certificate names the node address (and loopback) only
-    return tls.ensure_node_certificate(s, name, tls.node_sans(s, name, [ADDRESSES[name]]))
+    return tls_ca.ensure_node_certificate(s, name, tls_ca.node_sans(s, name, [ADDRESSES[name]]))
 
 
 def with_tls_files(hosts, hash_from: dict[str, str] | None = None):
@@ -55,11 +56,11 @@ def with_tls_files(hosts, hash_from: dict[str, str] | None = None):
     for name, data in hosts:
         cert = certificate(hosts, name)
         files = {
-            tls.NODE_CA_CERT: (cert.ca_pem, 644),
-            tls.NODE_CERT: (cert.cert_pem, 644),
-            tls.NODE_KEY: (cert.key_pem, 600),
+            tls_ca.NODE_CA_CERT: (cert.ca_pem, 644),
+            tls_ca.NODE_CERT: (cert.cert_pem, 644),
+            tls_ca.NODE_KEY: (cert.key_pem, 600),
         }
-        facts = {_stat_matcher(tls.NODE_TLS_DIR): [_stat_line(tls.NODE_TLS_DIR, 700, "directory")]}
+        facts = {_stat_matcher(tls_ca.NODE_TLS_DIR): [_stat_line(tls_ca.NODE_TLS_DIR, 700, "directory")]}
         facts[HEAD_CA_READ] = cert.ca_pem.decode().splitlines()  # what the deploy reads of the head's CA
         for path, (content, mode) in files.items():
             facts[_stat_matcher(path)] = [_stat_line(path, mode)]
@@ -100,27 +101,27 @@ def test_tls_on_puts_the_certificates_in_a_private_folder_and_gives_them_to_ray_
     for name in NODES:
         host, cert = run[name], certificate(hosts, name)
         folder = host.op("Create the folder of the node's TLS certificate")
-        assert folder.commands[-1] == f"chmod 700 {tls.NODE_TLS_DIR}"
+        assert folder.commands[-1] == f"chmod 700 {tls_ca.NODE_TLS_DIR}"
         ca = host.op("Store the cluster's CA certificate")
-        assert ca.uploads == {tls.NODE_CA_CERT: cert.ca_pem.decode()}
-        assert f"chmod 644 {tls.NODE_CA_CERT}" in ca.commands
+        assert ca.uploads == {tls_ca.NODE_CA_CERT: cert.ca_pem.decode()}
+        assert f"chmod 644 {tls_ca.NODE_CA_CERT}" in ca.commands
         node = host.op(r"Store the node's TLS certificate \(new: ")
-        assert node.uploads == {tls.NODE_CERT: cert.cert_pem.decode()}
-        assert f"chmod 644 {tls.NODE_CERT}" in node.commands
+        assert node.uploads == {tls_ca.NODE_CERT: cert.cert_pem.decode()}
+        assert f"chmod 644 {tls_ca.NODE_CERT}" in node.commands
         key = host.op(r"Store the node's TLS key \(new: ")
-        assert key.uploads == {tls.NODE_KEY: cert.key_pem.decode()}
-        assert f"chmod 600 {tls.NODE_KEY}" in key.commands
-        assert key.temp_paths[tls.NODE_KEY].startswith(f"{UPLOAD_DIR}/")  # never through /tmp
+        assert key.uploads == {tls_ca.NODE_KEY: cert.key_pem.decode()}
+        assert f"chmod 600 {tls_ca.NODE_KEY}" in key.commands
+        assert key.temp_paths[tls_ca.NODE_KEY].startswith(f"{UPLOAD_DIR}/")  # never through /tmp
         create = host.docker_create()
         for variable, value in {
             "RAY_USE_TLS": "1",
-            "RAY_TLS_SERVER_CERT": tls.NODE_CERT,
-            "RAY_TLS_SERVER_KEY": tls.NODE_KEY,
-            "RAY_TLS_CA_CERT": tls.NODE_CA_CERT,
+            "RAY_TLS_SERVER_CERT": tls_ca.NODE_CERT,
+            "RAY_TLS_SERVER_KEY": tls_ca.NODE_KEY,
+            "RAY_TLS_CA_CERT": tls_ca.NODE_CA_CERT,
         }.items():
             assert f"--env={variable}={value}" in create
-        assert f"--mount=type=bind,src={tls.NODE_TLS_DIR},dst={tls.NODE_TLS_DIR},readonly" in create
-        assert f"--label={tls.TLS_LABEL}={tls.tls_digest(cert.ca_pem, cert.cert_pem)}" in create
+        assert f"--mount=type=bind,src={tls_ca.NODE_TLS_DIR},dst={tls_ca.NODE_TLS_DIR},readonly" in create
+        assert f"--label={tls_ca.TLS_LABEL}={tls_ca.tls_digest(cert.ca_pem, cert.cert_pem)}" in create
         assert not host.has_op("Remove the node's TLS folder")
         assert_no_key_text(host, cert.key_pem)
 
@@ -128,8 +129,8 @@ def test_tls_on_puts_the_certificates_in_a_private_folder_and_gives_them_to_ray_
 def test_the_files_are_given_to_the_containers_user_before_ray_node_starts(tmp_path):
     run = run_deploy(reference_cluster("ubuntu22", data=fresh_tls(tmp_path)))
     image = settings.merge({})["ray_image"]
-    own = f'chown "$(docker run --rm --network=none --entrypoint id {image} -u)" {tls.NODE_TLS_DIR} '
-    own += f"{tls.NODE_CA_CERT} {tls.NODE_CERT} {tls.NODE_KEY}"
+    own = f'chown "$(docker run --rm --network=none --entrypoint id {image} -u)" {tls_ca.NODE_TLS_DIR} '
+    own += f"{tls_ca.NODE_CA_CERT} {tls_ca.NODE_CERT} {tls_ca.NODE_KEY}"
     for name in NODES:
         commands = run[name].op(r"Start the Ray (head|worker) container").commands
         (replace,) = [i for i, c in enumerate(commands) if "replace-ray-node" in c]
@@ -142,7 +143,7 @@ def test_every_node_has_a_certificate_of_its_own_signed_by_the_one_ca(tmp_path):
     certs = {name: certificate(hosts, name) for name in NODES}
     assert len({c.ca_pem for c in certs.values()}) == 1
     assert len({c.cert_pem for c in certs.values()}) == len({c.key_pem for c in certs.values()}) == 3
-    labels = {a for name in NODES for a in run[name].docker_create() if a.startswith(f"--label={tls.TLS_LABEL}=")}
+    labels = {a for name in NODES for a in run[name].docker_create() if a.startswith(f"--label={tls_ca.TLS_LABEL}=")}
     assert len(labels) == 3
 
 
@@ -171,11 +172,11 @@ def test_tls_off_removes_the_folder_once_ray_node_runs_without_it(os_name):
     for name in NODES:
         host = run[name]
         remove = host.op("Remove the node's TLS folder")
-        assert remove.commands == [f"rm -rf {tls.NODE_TLS_DIR}"]
+        assert remove.commands == [f"rm -rf {tls_ca.NODE_TLS_DIR}"]
         start = next(op for op in host.ops if op.commands and "replace-ray-node" in op.commands[-1])
         assert start.step < remove.step  # a previous container brought back still finds its folder
         create = host.docker_create()
-        assert not [a for a in create if "TLS" in a or tls.NODE_TLS_DIR in a]
+        assert not [a for a in create if "TLS" in a or tls_ca.NODE_TLS_DIR in a]
         assert not host.has_op(r"Store the node's TLS")
 
 
@@ -196,19 +197,19 @@ def test_the_certificate_names_every_address_of_the_node():
     host = SimpleNamespace(
         name="10.9.9.9", data=SimpleNamespace(dict=lambda: {"ray_node_ip": "10.0.0.1", "ssh_hostname": "head.lab"})
     )
-    assert node_tls.san_addresses(host) == ["10.0.0.1", "head.lab", "10.9.9.9"]
+    assert tls_node.san_addresses(host) == ["10.0.0.1", "head.lab", "10.9.9.9"]
     host.name = "@ssh/head"  # a connector's name is no address
     host.data = SimpleNamespace(dict=lambda: {"ray_node_ip": "fe80::1%eth0"})
-    assert node_tls.san_addresses(host) == ["fe80::1"]
+    assert tls_node.san_addresses(host) == ["fe80::1"]
 
 
 def test_an_unusable_ca_stops_the_deploy_naming_the_host_and_the_file(tmp_path):
     data = fresh_tls(tmp_path)
-    ca = tls.tls_dir(settings.merge(data)) / "ca.crt"
+    ca = tls_ca.tls_dir(settings.merge(data)) / "ca.crt"
     ca.parent.mkdir(parents=True)
     ca.write_text("not a certificate\n")
     (ca.parent / "ca.key").write_text("not a key\n")
-    with pytest.raises(node_tls.NodeCertificateError, match=rf"^host @fake/\S+: no TLS certificate .*{ca}: not a PEM"):
+    with pytest.raises(tls_node.NodeCertificateError, match=rf"^host @fake/\S+: no TLS certificate .*{ca}: not a PEM"):
         run_deploy(reference_cluster("ubuntu22", data=data))
 
 
@@ -224,17 +225,17 @@ def with_head_ca(hosts, ca_pem: bytes):
 
 def test_a_head_running_another_ca_stops_the_deploy_before_any_change(tmp_path):
     other = settings.merge({"ray_cluster_name": "other", "ray_auth_token_file": str(tmp_path / "other" / "token")})
-    theirs = tls.ensure_ca(other).public_bytes(serialization.Encoding.PEM)
+    theirs = tls_ca.ensure_ca(other).public_bytes(serialization.Encoding.PEM)
     data = fresh_tls(tmp_path)
-    tls.ensure_ca(settings.merge(data))  # this machine has a CA of its own
-    with pytest.raises(node_tls.NodeCertificateError, match=r"^host @fake/head: the local CA .* is not the cluster's"):
+    tls_ca.ensure_ca(settings.merge(data))  # this machine has a CA of its own
+    with pytest.raises(tls_node.NodeCertificateError, match=r"^host @fake/head: the local CA .* is not the cluster's"):
         run_deploy(with_head_ca(reference_cluster("ubuntu22", "converged", data=data), theirs))
 
 
 def test_a_machine_without_the_clusters_ca_is_stopped_before_it_makes_one(tmp_path):
     other = settings.merge({"ray_cluster_name": "other", "ray_auth_token_file": str(tmp_path / "other" / "token")})
-    theirs = tls.ensure_ca(other).public_bytes(serialization.Encoding.PEM)
+    theirs = tls_ca.ensure_ca(other).public_bytes(serialization.Encoding.PEM)
     data = fresh_tls(tmp_path)
-    with pytest.raises(node_tls.NodeCertificateError, match=r"there is no local CA .* Copy"):
+    with pytest.raises(tls_node.NodeCertificateError, match=r"there is no local CA .* Copy"):
         run_deploy(with_head_ca(reference_cluster("ubuntu22", "converged", data=data), theirs))
-    assert not (tls.tls_dir(settings.merge(data)) / "ca.crt").exists(), "a CA was made all the same"
+    assert not (tls_ca.tls_dir(settings.merge(data)) / "ca.crt").exists(), "a CA was made all the same"

@@ -8,8 +8,8 @@ import stat
 
 import pytest
 
-from deploy import auth
-from deploy.cluster_token import NO_TOKEN, READ_COMMAND, TOKEN_FOLLOWS, ClusterTokenError
+from deploy.ray import auth
+from deploy.ray.cluster_token import NO_TOKEN, READ_COMMAND, TOKEN_FOLLOWS, ClusterTokenError
 from tests.plan.fakes.fakehosts import CPU_WORKER, GPU_WORKER, HEAD, container_json, reference_cluster
 from tests.plan.harness import run_deploy
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from deploy import auth
-from deploy.s3 import CREDENTIALS_DIR
-from deploy.secret_files import UPLOAD_DIR_NAME
+from deploy.host.secret_files import UPLOAD_DIR_NAME
+from deploy.ray import auth
+from deploy.storage.s3 import CREDENTIALS_DIR
 from tests.plan.fakes.fakehosts import HEAD, OSES, UPLOAD_DIR, reference_cluster
 from tests.plan.harness import run_deploy
 

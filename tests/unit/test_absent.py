@@ -1,11 +1,11 @@
-"""Removing a host from the cluster (deploy/absent.py): the commands it builds."""
+"""Removing a host from the cluster (deploy/ray/absent.py): the commands it builds."""
 
 from __future__ import annotations
 
 import shlex
 import subprocess
 
-from deploy.absent import drain_command, remove_commands
+from deploy.ray.absent import drain_command, remove_commands
 
 
 def test_the_drain_reaches_its_values_as_arguments_and_parses():

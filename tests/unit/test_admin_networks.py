@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pyinfra.api import Inventory
 
-from deploy.schema import InventoryError, check_inventory, validate_cluster
+from deploy.contract.schema import InventoryError, check_inventory, validate_cluster
 from tests.unit.test_schema import head, worker
 
 #: What the EC2 spec says of such a network (tests/cloud/test_spec.py), with the inventory's flag.

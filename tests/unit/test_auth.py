@@ -6,7 +6,8 @@ import stat
 
 import pytest
 
-from deploy import auth, settings
+from deploy.contract import settings
+from deploy.ray import auth
 
 
 @pytest.fixture

@@ -54,9 +54,8 @@ def _sweep_with(nodes: list[dict[str, Any]], sig: int, monkeypatch: pytest.Monke
             seen["sent"] = time.monotonic()
 
     try:
-        result = allreduce.run_allreduce(
-            nodes, sizes=SIZES, warmup=1, iters=2, cpu_workers_per_node=2, timeout_s=300, on_row=after_first_size
-        )
+        config = allreduce.SweepConfig(sizes=SIZES, warmup=1, iters=2, cpu_workers_per_node=2, timeout_s=300)
+        result = allreduce.run_allreduce(nodes, config, on_row=after_first_size)
         seen["after_s"] = time.monotonic() - seen["sent"]
     finally:
         if "pid" in seen and sig == signal.SIGSTOP:

@@ -134,6 +134,6 @@ def test_a_lost_rank_fails_counting_for_its_host() -> None:
 def test_no_sweep_starts_when_the_run_budget_is_spent() -> None:
     pytest.importorskip("ray")
     nodes = [{"node_id": "n0", "host": "lab-1", "ip": "10.0.0.1", "num_cpus": 4.0, "num_gpus": 0.0}]
-    result = allreduce.run_allreduce(nodes, budget=Budget(0))
+    result = allreduce.run_allreduce(nodes, allreduce.SweepConfig(budget=Budget(0)))
     assert result["error"] == "not started: no time left of checks_timeout_s, the budget of the whole run"
     assert (result["backend"], result["world_size"], result["sweep"]) == ("gloo", 1, [])

@@ -12,21 +12,22 @@ from typing import Any
 
 import pytest
 
-from checks import benchmark, cluster, deadlines
+from checks import benchmark, deadlines, full
 from checks.deadlines import Budget
-from deploy.settings import merge
+from deploy.contract.settings import merge
 
 DONE = {"mode": "cluster", "cpu_only": True, "nodes": [], "devices": [], "allreduce": None, "sweep_test": None}
 
 
 def fake_phases(monkeypatch: pytest.MonkeyPatch, out: Path | None = None) -> dict[str, Any]:
-    """Stand in for Ray: record run_cluster's arguments; after a first phase, what --out holds."""
+    """Stand in for Ray: record run_cluster's configuration (its fields) and ``on_phase``; after a
+    first phase, what --out holds."""
     given: dict[str, Any] = {}
 
-    def run_cluster(**kwargs: Any) -> dict[str, Any]:
-        given.update(kwargs)
-        if kwargs["on_phase"] is not None:
-            kwargs["on_phase"]({**DONE, "devices": [{"host": "w1", "device": "cpu"}]})
+    def run_cluster(config: benchmark.BenchConfig, on_phase: Any = None) -> dict[str, Any]:
+        given.update(vars(config), on_phase=on_phase)
+        if on_phase is not None:
+            on_phase({**DONE, "devices": [{"host": "w1", "device": "cpu"}]})
             given["after_devices"] = json.loads(out.read_text()) if out else None
         return dict(DONE)
 
@@ -76,7 +77,7 @@ def test_bad_bounds_are_usage_errors(capsys, argv, expected):
 
 def test_the_help_describes_the_bounds():
     done = subprocess.run([sys.executable, "-m", "checks.benchmark", "--cluster", "--help"],
-                          cwd=cluster.PACKAGE_DIR.parent, capture_output=True, text=True, timeout=60)  # fmt: skip
+                          cwd=full.PACKAGE_DIR.parent, capture_output=True, text=True, timeout=60)  # fmt: skip
     text = " ".join(done.stdout.split())
     assert done.returncode == 0
     assert "--budget SECONDS checks_timeout_s" in text

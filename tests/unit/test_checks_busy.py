@@ -113,6 +113,6 @@ def test_the_allreduce_over_busy_gpus_is_skipped_naming_how_many_were_held(monke
     assert result["skipped"] == "other jobs hold 16 GPUs: no node has one free"
     nodes = [gpu_node("gpu-a", "10.0.0.1", busy_gpus=2), gpu_node("gpu-b", "10.0.0.2")]
     monkeypatch.setattr(allreduce, "_wait_for_free", lambda resource, amount, timeout_s: 11.0)
-    result = allreduce.run_allreduce(nodes, timeout_s=30)
+    result = allreduce.run_allreduce(nodes, allreduce.SweepConfig(timeout_s=30))
     assert result["world_size"] == 14  # the free GPUs only
     assert result["skipped"] == "needs 14 free GPUs, only 11 were free after 30 s: other jobs hold 3"

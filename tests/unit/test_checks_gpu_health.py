@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from checks import cluster, gpu_health, report, throttle, verdict
+from checks import full, gpu_health, report, throttle, verdict
 from checks.nvidia_text import decode_reasons, parse_dcgm
 from checks.verdict import FAIL, INFO, WARN, Reason
-from tests.unit.test_checks_cluster import BENCH as CPU_BENCH
-from tests.unit.test_checks_cluster import HEAD_IP, RUNNING, WORKER_IP, FakeNode, alive, settings
+from tests.unit.test_checks_full import BENCH as CPU_BENCH
+from tests.unit.test_checks_full import HEAD_IP, RUNNING, WORKER_IP, FakeNode, alive, settings
 
 FIXTURES = Path(__file__).parent / "fixtures" / "gpu_health"
 
@@ -347,7 +347,7 @@ def test_the_full_checks_probe_each_gpu_node_and_judge_it(tmp_path):
     worker = FakeNode("w1", WORKER_IP, {"probe": (True, [*RUNNING[1], "CONTAINER_GPUS=1"]), "gpu_health": thermal})
     every = {"head": settings(tmp_path), "w1": settings(tmp_path, ray_num_gpus="auto")}
 
-    outcome = cluster.run_checks([head, worker], head, every, {"head": gpu_health_none(), "w1": one},
+    outcome = full.run_checks([head, worker], head, every, {"head": gpu_health_none(), "w1": one},
                                  progress=lambda _: None)  # fmt: skip
 
     assert [kind for kind, _ in worker.calls] == ["probe", "gpu_health"]

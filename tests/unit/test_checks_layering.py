@@ -17,7 +17,7 @@ ROOT = Path(checks.__file__).resolve().parents[1]
 
 
 def test_every_module_of_checks_is_found():
-    assert {"checks.cluster", "checks.node", "checks.benchmark", "checks.storage_probe"} <= set(MODULES)
+    assert {"checks.full", "checks.node", "checks.benchmark", "checks.storage_probe"} <= set(MODULES)
 
 
 def test_importing_every_checks_module_imports_no_pyinfra_and_no_upper_layer():

@@ -25,9 +25,9 @@ import pytest
 
 from checks import monitoring, report
 from checks.reasons import FAIL, INFO, WARN
-from deploy.paths import repo_root
-from deploy.schema import validate_host
-from deploy.settings import merge
+from deploy.contract.paths import repo_root
+from deploy.contract.schema import validate_host
+from deploy.contract.settings import merge
 
 FIXTURES = Path(__file__).parent / "fixtures" / "prometheus"
 GPU = {"pci_count": 8, "nvswitches": 0, "driver": {"count": 8}}

@@ -10,7 +10,7 @@ import pytest
 from checks import nccl_net
 from checks.allreduce import AllreduceRank
 from checks.reasons import INFO, WARN
-from tests.unit.test_checks_cluster import BENCH, HEAD_IP, NO_GPUS, RUNNING, WORKER_IP, FakeNode, alive, run, settings
+from tests.unit.test_checks_full import BENCH, HEAD_IP, NO_GPUS, RUNNING, WORKER_IP, FakeNode, alive, run, settings
 
 #: A p4d rank's log in the format of aws-ofi-nccl 1.7 (NCCL_DEBUG=INFO, NCCL_DEBUG_SUBSYS=INIT,NET).
 EFA_OLD = """\

@@ -10,7 +10,7 @@ import time
 
 from checks import preflight
 from checks.verdict import FAIL, INFO, WARN
-from deploy.settings import merge
+from deploy.contract.settings import merge
 
 H100 = "NVIDIA H100 80GB HBM3"
 

@@ -18,8 +18,8 @@ import pytest
 
 from checks import quick, report
 from checks.verdict import FAIL, INFO, PASS, WARN
+from deploy.contract.settings import merge
 from deploy.post_checks import choose_mode
-from deploy.settings import merge
 
 HEAD_IP, W1_IP, W2_IP = "10.0.0.1", "10.0.0.2", "10.0.0.3"
 L4_DRIVER = {"count": 4, "models": ["NVIDIA L4"] * 4, "driver_version": "550", "memory_mib": [23034] * 4}

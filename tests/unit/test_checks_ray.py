@@ -33,7 +33,7 @@ def cluster_report() -> dict[str, Any]:
         cluster_bench.connect("local", num_cpus=4, include_dashboard=False)  # a new one, never a neighbour
     try:
         ip = cluster_bench.cluster_nodes()[0]["ip"]
-        result = cluster_bench.run_cluster(
+        config = cluster_bench.BenchConfig(
             host_aliases={ip: "node-one"},
             quick=True,
             allreduce_sizes=allreduce.size_sweep(64 * 2**10, 2**20),
@@ -43,6 +43,7 @@ def cluster_report() -> dict[str, Any]:
             sweep_sleep_s=0.05,
             timeout_s=120,
         )
+        result = cluster_bench.run_cluster(config)
     finally:
         ray.shutdown()
     result["timing"]["test_wall_s"] = round(time.perf_counter() - t0, 1)

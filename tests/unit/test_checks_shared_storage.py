@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from checks import cluster, report, shared_storage
+from checks import full, report, shared_storage
 from checks.verdict import FAIL, INFO, WARN, Verdict
-from deploy.settings import merge
+from deploy.contract.settings import merge
 
 HEAD, WORKER = "10.0.0.1", "10.0.0.2"
 ALIASES = {HEAD: "head", WORKER: "gpu-1"}
@@ -183,7 +183,7 @@ def run_check(local_ray: dict[str, str], mounts: list[dict[str, Any]], require_m
     config = shared_storage.probe_config(mounts, require_mount=require_mount, read_wait_s=2, task_timeout_s=30)
     env = {**os.environ, "RAY_ADDRESS": local_ray["address"]}
     command = [sys.executable, "-m", "checks.storage_probe", json.dumps(config)]
-    done = subprocess.run(command, cwd=cluster.PACKAGE_DIR.parent, env=env, capture_output=True, text=True,
+    done = subprocess.run(command, cwd=full.PACKAGE_DIR.parent, env=env, capture_output=True, text=True,
                           timeout=120)  # fmt: skip
     result = shared_storage.parse_result(done.stdout.splitlines())
     assert result is not None and "mounts" in result, done.stdout + done.stderr

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import pytest
 
-from deploy.paths import repo_root
+from deploy.contract.paths import repo_root
 from rayrig.cli import build_parser, leaves
 
 pytestmark = pytest.mark.slow

@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from cloud.ec2 import inventory as ec2_inventory
-from deploy import auth, settings
-from deploy.paths import repo_root
+from deploy.contract import settings
+from deploy.contract.paths import repo_root
+from deploy.ray import auth
 from rayrig import dashboard
 from rayrig.cli import main
 from rayrig.inventory import OperateError, inventory_of
@@ -87,8 +88,10 @@ def test_an_inventory_that_yields_no_host_is_a_usage_error(tmp_path, capsys):
 def test_print_command_loads_the_inventory_through_pyinfra(capsys):
     assert main(["dashboard", "tests/plan/fake_inventory.py", "--print-command", "--local-port", "18000"]) == 0
     printed = capsys.readouterr().out.strip()
-    assert printed.endswith("-L 127.0.0.1:18000:127.0.0.1:8265 -L 127.0.0.1:9090:127.0.0.1:9090 "
-                            "-L 127.0.0.1:3000:127.0.0.1:3000 -o StrictHostKeyChecking=accept-new -- @fake/head")
+    assert printed.endswith(
+        "-L 127.0.0.1:18000:127.0.0.1:8265 -L 127.0.0.1:9090:127.0.0.1:9090 "
+        "-L 127.0.0.1:3000:127.0.0.1:3000 -o StrictHostKeyChecking=accept-new -- @fake/head"
+    )
 
 
 # --- How ssh reaches the head: pyinfra's ssh_* data, a bastion through ssh_config_file -----------------

@@ -10,8 +10,9 @@ from types import SimpleNamespace
 import pytest
 from pyinfra.context import ctx_host
 
-from deploy import platform, settings
-from deploy.docker import (
+from deploy.contract import settings
+from deploy.host import platform
+from deploy.host.docker import (
     REPO_PACKAGES,
     DaemonConfigError,
     DockerDaemon,
@@ -20,7 +21,7 @@ from deploy.docker import (
     parse_daemon_config,
     runs_older_config,
 )
-from deploy.facts import HostInfo
+from deploy.run.facts import HostInfo
 from tests.plan.fakes.fakehosts import OS_RELEASE
 
 # --- daemon.json ------------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from deploy.paths import repo_root
+from deploy.contract.paths import repo_root
 
 SCRIPT = repo_root() / "scripts" / "ensure-lab-tools.sh"
 BASH = shutil.which("bash") or "/bin/bash"

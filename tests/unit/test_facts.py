@@ -1,4 +1,4 @@
-"""The parsers of the facts in ``deploy.facts``, and the PCI scan run for real against a fake sysfs."""
+"""The parsers of the facts in ``deploy.run.facts``, and the PCI scan run for real against a fake sysfs."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from deploy.facts import ContainerState, DockerImageId, FileText, HostInfo, NvidiaDevices
-from deploy.units import NeedDaemonReload
+from deploy.run.facts import ContainerState, DockerImageId, FileText, HostInfo, NvidiaDevices
+from deploy.run.units import NeedDaemonReload
 from tests.plan.fakes.fakehosts import H100, OS_RELEASE
 
 

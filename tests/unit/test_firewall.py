@@ -21,8 +21,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from deploy import firewall, settings
-from deploy.firewall import (
+from deploy.contract import settings
+from deploy.contract.ports import member_ports, port_ranges
+from deploy.firewall import nftables
+from deploy.firewall.members import InvalidMemberCidr, member_cidrs
+from deploy.firewall.nftables import (
     DeploySource,
     OtherFirewalls,
     RayrigTable,
@@ -41,8 +44,6 @@ from deploy.firewall import (
     ssh_ports,
     unit_text,
 )
-from deploy.firewall_members import InvalidMemberCidr, member_cidrs
-from deploy.ports import member_ports, port_ranges
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "firewall"
 UPDATE = os.environ.get("RAYRIG_UPDATE_GOLDEN") == "1"
@@ -257,9 +258,9 @@ def test_ports_come_from_ray_ports_only():
 
 
 def test_the_module_hard_codes_no_ray_port():
-    source = Path(firewall.__file__).read_text()
+    source = Path(nftables.__file__).read_text()
     for name, port in PORTS.items():
-        assert str(port) not in source, f"ray_ports[{name!r}] = {port} is written in deploy/firewall.py"
+        assert str(port) not in source, f"ray_ports[{name!r}] = {port} is written in deploy/nftables.py"
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "localhost", "::1", "127.0.1.1"])
@@ -375,7 +376,7 @@ def test_unit_loads_the_file_at_boot_and_removes_only_rayrig_table():
 
 def test_check_command_removes_a_refused_file():
     assert (
-        firewall.check_command() == "nft -c -f /etc/rayrig/firewall.nft || { rm -f /etc/rayrig/firewall.nft; exit 1; }"
+        nftables.check_command() == "nft -c -f /etc/rayrig/firewall.nft || { rm -f /etc/rayrig/firewall.nft; exit 1; }"
     )
 
 
@@ -547,13 +548,13 @@ def test_members_must_be_addresses():
 
 
 def test_the_image_mirror_port_is_open_to_the_members_only():
-    text = firewall.render_ruleset(
+    text = nftables.render_ruleset(
         ray_ports=settings.defaults()["ray_ports"], members=["10.0.0.1", "10.0.0.2"], members_all_ports=False,
         mirror_port=5000,
     )  # fmt: skip
     assert "5000" in text.split("set ray_ports")[1].split("}")[0]
     assert "the image mirror (TCP 5000) from the cluster's members" in text
-    without = firewall.render_ruleset(
+    without = nftables.render_ruleset(
         ray_ports=settings.defaults()["ray_ports"], members=["10.0.0.1"], members_all_ports=False
     )
     assert "5000" not in without.split("set ray_ports")[1].split("}")[0]

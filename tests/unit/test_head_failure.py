@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from deploy import ray_node
+from deploy.ray import ray_node
 
 
 def exec_stop(unit: str) -> list[list[str]]:

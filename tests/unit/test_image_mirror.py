@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from deploy import image_mirror
-from deploy.ray_image import pull_seconds
+from deploy.host import image_mirror
+from deploy.host.ray_image import pull_seconds
 
 
 @pytest.mark.parametrize(

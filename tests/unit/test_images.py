@@ -7,7 +7,7 @@ import re
 import pytest
 
 import images
-from deploy import paths, settings
+from deploy.contract import paths, settings
 from images import build, stream, wheelhouse
 
 

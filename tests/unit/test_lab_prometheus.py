@@ -9,9 +9,9 @@ import tarfile
 from cloud import lab
 from cloud.lab import build as lab_build
 from cloud.lab import registry, state
-from deploy import monitoring_config
-from deploy.schema import validate_cluster
-from deploy.settings import merge
+from deploy.contract.schema import validate_cluster
+from deploy.contract.settings import merge
+from deploy.monitoring import config as monitoring_config
 from images.build import _write_context
 
 

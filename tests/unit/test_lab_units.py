@@ -13,7 +13,7 @@ import images
 from cloud import lab
 from cloud.lab import build as lab_build
 from cloud.lab import engine, hosts, state
-from deploy import paths
+from deploy.contract import paths
 
 ROUTE_TABLE = """\
 Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT

@@ -14,16 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from deploy.paths import repo_root
+from deploy.contract.paths import repo_root
 
 PACKAGES = ("rayrig", "cloud", "images", "deploy", "checks")
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 
 
 def lint_imports(tree: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [str(LINT_IMPORTS), "--no-cache"], cwd=tree, capture_output=True, text=True, timeout=300
-    )
+    return subprocess.run([str(LINT_IMPORTS), "--no-cache"], cwd=tree, capture_output=True, text=True, timeout=300)
 
 
 @pytest.fixture(scope="module")
@@ -44,11 +42,14 @@ def test_the_tree_keeps_its_layers(tree):
 @pytest.mark.parametrize(
     ("module", "back_edge", "words"),
     [
-        ("deploy/settings.py", "import cloud.ssh", "deploy is not allowed to import cloud"),
+        ("deploy/contract/settings.py", "import cloud.ssh", "deploy is not allowed to import cloud"),
         ("cloud/ssh.py", "import rayrig.cli", "cloud is not allowed to import rayrig"),
-        ("deploy/ports.py", "import images", "deploy is not allowed to import images"),
+        ("deploy/contract/ports.py", "import images", "deploy is not allowed to import images"),
+        ("deploy/contract/schema.py", "import pyinfra.api", "deploy.contract is not allowed to import pyinfra"),
+        ("deploy/contract/ports.py", "import deploy.run.memo", "deploy.contract is not allowed to import deploy.run"),
+        ("deploy/run/memo.py", "import deploy.ray.auth", "deploy.run is not allowed to import deploy.ray"),
         ("checks/maths.py", "import pyinfra", "checks is not allowed to import pyinfra"),
-        ("checks/maths.py", "import deploy.settings", "checks is not allowed to import deploy"),
+        ("checks/maths.py", "import deploy.contract.settings", "checks is not allowed to import deploy"),
     ],
 )
 def test_a_back_edge_fails_the_contracts(tree, module, back_edge, words):

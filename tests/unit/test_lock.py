@@ -11,7 +11,7 @@ import pytest
 import tomllib
 from packaging.requirements import Requirement
 
-from deploy.paths import repo_root
+from deploy.contract.paths import repo_root
 
 _spec = importlib.util.spec_from_file_location("lock_script", repo_root() / "scripts" / "lock.py")
 lock_script = importlib.util.module_from_spec(_spec)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from deploy.membership import Host, cluster_membership, membership_problem, parse_record, record_text
-from deploy.schema import validate_cluster
+from deploy.contract.schema import validate_cluster
+from deploy.ray.membership import Host, cluster_membership, membership_problem, parse_record, record_text
 
 MEMBERS = ["10.0.0.1", "10.0.0.2", "10.0.0.3"]
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import gevent
 
-from deploy.facts import fact
-from deploy.memo import run_lock
+from deploy.run.facts import fact
+from deploy.run.memo import run_lock
 
 
 class State:

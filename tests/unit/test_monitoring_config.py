@@ -1,4 +1,4 @@
-"""The monitoring host's files and command lines, rendered from an inventory (deploy/monitoring_config.py)."""
+"""The monitoring host's files and command lines, rendered from an inventory (deploy/monitoring/config.py)."""
 
 from __future__ import annotations
 
@@ -14,10 +14,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from deploy import monitoring_config as mc
-from deploy import monitoring_server as ms
-from deploy.ray_node import docker_run_args
-from deploy.settings import merge
+from deploy.contract import settings
+from deploy.contract.settings import merge
+from deploy.monitoring import config as mc
+from deploy.monitoring import server as ms
+from deploy.ray.ray_node import docker_run_args
 
 HEAD = mc.Member("gpu-head", "10.0.0.1", head=True)
 GPU = mc.Member("gpu-01", "10.0.0.2", gpu=True)
@@ -154,7 +155,7 @@ def _datasources(node: object) -> list[object]:
     return found
 
 
-@pytest.mark.parametrize("path", sorted(Path(mc.__file__).parent.glob("templates/*dashboard*.json")))
+@pytest.mark.parametrize("path", sorted(Path(mc.__file__).parent.glob("*dashboard*.json")))
 def test_every_dashboard_file_is_json_naming_the_provisioned_data_source(path: Path):
     dashboard = json.loads(path.read_text())
     assert dashboard["uid"] and dashboard["title"] and dashboard["panels"]
@@ -197,10 +198,10 @@ def test_the_heads_ray_dashboard_gets_grafanas_addresses_only_with_grafana():
 
 def test_the_monitoring_host_is_found_by_name_first_then_by_address():
     hosts = [("head", "10.0.0.1", "head"), ("10.0.0.1", "10.0.0.9", "worker"), ("w2", "10.0.0.3", "worker")]
-    assert mc.resolve_monitoring_host(None, hosts) == "head"
-    assert mc.resolve_monitoring_host("10.0.0.1", hosts) == "10.0.0.1"  # a host of that name wins
-    assert mc.resolve_monitoring_host("10.0.0.3", hosts) == "w2"
-    assert mc.resolve_monitoring_host("nowhere", hosts) is None
+    assert settings.resolve_monitoring_host(None, hosts) == "head"
+    assert settings.resolve_monitoring_host("10.0.0.1", hosts) == "10.0.0.1"  # a host of that name wins
+    assert settings.resolve_monitoring_host("10.0.0.3", hosts) == "w2"
+    assert settings.resolve_monitoring_host("nowhere", hosts) is None
 
 
 def test_a_unit_line_keeps_its_words_and_its_hash_follows_them():

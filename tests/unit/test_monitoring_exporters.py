@@ -9,11 +9,12 @@ from pathlib import Path
 import pytest
 
 from checks import monitoring as checks_monitoring
-from deploy import monitoring_exporters as mon
-from deploy import ray_node, settings
-from deploy.ports import member_ports, ray_metrics_env
-from deploy.schema import validate_cluster, validate_host
-from deploy.templating import template_path
+from deploy.contract import settings
+from deploy.contract.ports import member_ports, ray_metrics_env
+from deploy.contract.schema import validate_cluster, validate_host
+from deploy.monitoring import exporters as mon
+from deploy.ray import ray_node
+from deploy.run.templating import resource
 
 HEAD = ("head", {"ray_role": "head"}, "10.0.0.1")
 WORKER = ("worker", {}, "10.0.0.2")
@@ -193,13 +194,13 @@ def test_an_extra_port_range_over_both_exporters_is_one_problem_naming_both():
 def test_the_dcgm_counters_hold_every_gpu_field_the_checks_rules_and_dashboard_read():
     fields = {
         line.split(",")[0].strip()
-        for line in Path(template_path(mon.COUNTERS_TEMPLATE)).read_text().splitlines()
+        for line in Path(mon.COUNTERS_TEMPLATE).read_text().splitlines()
         if line.strip() and not line.startswith("#")
     }
     read = {
         name
         for template in ("prometheus-rules.yml", "rayrig-gpu-dashboard.json")
-        for name in re.findall(r"DCGM_FI_[A-Z_]+", Path(template_path(template)).read_text())
+        for name in re.findall(r"DCGM_FI_[A-Z_]+", Path(resource("deploy.monitoring", template)).read_text())
     }
     read |= {checks_monitoring.XID, checks_monitoring.CLOCK_REASONS[0], checks_monitoring.ECC_DBE}
     read |= {checks_monitoring.REMAPPED, checks_monitoring.REMAP_FAILED}

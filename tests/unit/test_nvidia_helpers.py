@@ -10,8 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from deploy import nvidia, platform, ray_node, schema, settings
-from deploy.facts import HostInfo
+from deploy.contract import schema, settings
+from deploy.host import nvidia, platform
+from deploy.ray import ray_node
+from deploy.run.facts import HostInfo
+from deploy.run.templating import render
 from tests.plan.fakes.fakehosts import OS_RELEASE, OSES
 
 H100_DRIVER = {"pci_count": 8, "driver": {"count": 8, "models": ["H100"] * 8, "driver_version": "550.54.15"}}
@@ -101,7 +104,7 @@ def test_toolkit_repositories_follow_the_url_from_data():
         "deb [signed-by=/etc/apt/keyrings/nvidia-container-toolkit-keyring.asc] "
         "http://mirror.lab/libnvidia-container/stable/deb/$(ARCH) /\n"
     )
-    repo = nvidia.toolkit_dnf_repo(mirror)
+    repo = render(nvidia.TOOLKIT_DNF_TEMPLATE, **nvidia.toolkit_dnf_values(mirror))
     assert "baseurl=http://mirror.lab/libnvidia-container/stable/rpm/$basearch\n" in repo
     assert "gpgkey=http://mirror.lab/libnvidia-container/gpgkey\n" in repo
     assert "repo_gpgcheck=1\n" in repo and "enabled=1\n" in repo
@@ -118,7 +121,7 @@ def test_cuda_repository_per_os_and_architecture():
     )
     assert nvidia.cuda_apt_list(ubuntu, "aarch64") == "/etc/apt/sources.list.d/cuda-ubuntu2204-sbsa.list"
     rhel = nvidia.NVIDIA_OS["rhel9"]
-    assert nvidia.cuda_dnf_repo(url + "/", rhel, "x86_64") == (
+    assert render(nvidia.CUDA_DNF_TEMPLATE, **nvidia.cuda_dnf_values(url + "/", rhel, "x86_64")) == (
         "[cuda-rhel9-x86_64]\n"
         "name=cuda-rhel9-x86_64\n"
         f"baseurl={url}/rhel9/x86_64\n"

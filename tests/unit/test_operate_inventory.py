@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from deploy.paths import repo_root
+from deploy.contract.paths import repo_root
 from rayrig.cli import main
 from rayrig.inventory import OperateError, SshSettings, inventory_of, load_inventory, ssh_argv
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from deploy import platform
-from deploy.facts import HostInfo
+from deploy.host import platform
+from deploy.run.facts import HostInfo
 from tests.plan.fakes.fakehosts import OS_RELEASE
 
 

@@ -1,8 +1,8 @@
-"""deploy.ports: the Ray ports as the ranges the firewall and the EC2 security group check."""
+"""deploy.contract.ports: the Ray ports as the ranges the firewall and the EC2 security group check."""
 
 from __future__ import annotations
 
-from deploy.ports import ray_port_ranges
+from deploy.contract.ports import ray_port_ranges
 
 
 def test_ray_port_ranges_join_adjacent_ports() -> None:

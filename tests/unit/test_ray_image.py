@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from deploy import ray_image
+from deploy.host import ray_image
 
 
 def test_registry_config():

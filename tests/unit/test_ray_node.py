@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from deploy import ray_node, settings
-from deploy.templating import render
+from deploy.contract import settings
+from deploy.ray import ray_node
+from deploy.run.templating import render
 
 
 def ray_settings(**changes):

@@ -7,8 +7,9 @@ import shlex
 
 import pytest
 
-from deploy import ray_node, settings
-from deploy.schema import validate_cluster
+from deploy.contract import settings
+from deploy.contract.schema import validate_cluster
+from deploy.ray import ray_node
 from tests.plan.fakes.fake_node import RAY_ERROR, REFUSED_LOG, REPLACEMENT_STEPS, FakeNode, first_calls
 
 OLD = "docker create --name=ray-node rayproject/ray ray start --num-cpus=8"
@@ -17,8 +18,6 @@ NEW = ["docker", "create", "--name=ray-node", "rayproject/ray", "ray", "start", 
 
 def replace(node: FakeNode, create=NEW, host="worker-1", wait_s=5):
     return node.run(ray_node.replace_command("ray-node", host, wait_s, create))
-
-
 
 
 def test_a_node_that_joins_replaces_the_previous_container(tmp_path):

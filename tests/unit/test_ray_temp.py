@@ -6,8 +6,9 @@ import subprocess
 
 import pytest
 
-from deploy import ray_node, ray_temp, settings
-from deploy.schema import validate_host
+from deploy.contract import settings
+from deploy.contract.schema import validate_host
+from deploy.ray import ray_node, ray_temp
 from tests.unit.test_ray_node import build, exec_start_pre, ray_settings
 
 SESSIONS = [f"session_2026-12-0{d}_10-00-00_123456_{d}" for d in range(1, 7)]
@@ -38,7 +39,7 @@ def test_log_rotation_the_data_sets_wins(where):
 def test_the_folder_is_made_the_container_users_before_the_container_is_created():
     command = ray_temp.own_command(ray_settings(ray_temp_dir="/data/ray", ray_image="rayproject/ray:2.60.0"))
     assert command == (
-        'mkdir -p /data/ray/tmp && chown -R '
+        "mkdir -p /data/ray/tmp && chown -R "
         '"$(docker run --rm --network=none --entrypoint id rayproject/ray:2.60.0 -u)" '
         "/data/ray/tmp && chmod 700 /data/ray"
     )

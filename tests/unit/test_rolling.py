@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from deploy import gcs_store, ray_node, schema, settings
-from deploy.rolling import Node, batch_size, batch_step_name, summary, worker_batches
+from deploy.contract import schema, settings
+from deploy.ray import gcs_store, ray_node
+from deploy.run.rolling import Node, batch_size, batch_step_name, summary, worker_batches
 
 OLD, NEW = "ray:1, config aaaa", "ray:2, config bbbb"
 

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from deploy.paths import repo_root
+from deploy.contract.paths import repo_root
 from rayrig import run
 from rayrig.cli import build_parser, main
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from deploy.paths import repo_root
+from deploy.contract.paths import repo_root
 
 _spec = importlib.util.spec_from_file_location("run_tests", repo_root() / "scripts" / "run_tests.py")
 run_tests = importlib.util.module_from_spec(_spec)

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from pyinfra.api import Inventory
 
-from deploy import schema, settings
-from deploy.schema import InventoryError, Problem, check_inventory, validate_cluster, validate_host
+from deploy.contract import schema, settings
+from deploy.contract.schema import InventoryError, Problem, check_inventory, validate_cluster, validate_host
 from tests.hostile_corpus import HOSTILE
 
 Host = tuple[str, dict[str, Any], str]

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from cloud.ec2 import spec_schema
-from deploy import schema, settings
-from deploy.schema import InventoryError, Problem, check_inventory, validate_cluster
+from deploy.contract import schema, settings
+from deploy.contract.schema import InventoryError, Problem, check_inventory, validate_cluster
 from tests.unit.test_schema import head, only, worker
 
 

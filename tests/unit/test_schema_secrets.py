@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from deploy.schema import validate_host
+from deploy.contract.schema import validate_host
 
 
 def problems(**data: Any) -> list[tuple[str, Any, str]]:

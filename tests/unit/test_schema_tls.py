@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from deploy.schema import validate_cluster, validate_host
+from deploy.contract.schema import validate_cluster, validate_host
 
 
 def messages(data: dict[str, Any]) -> list[str]:

@@ -10,7 +10,7 @@ import pytest
 from pyinfra.api import Config, Inventory, State
 from pyinfra.connectors.ssh import SSHConnector
 
-from deploy.secret_files import UploadDirError, upload_dir
+from deploy.host.secret_files import UploadDirError, upload_dir
 
 
 def _ssh_connector() -> SSHConnector:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from deploy import settings
+from deploy.contract import settings
 
 
 def test_merge_partial_ray_ports_keeps_the_other_defaults():

@@ -19,12 +19,19 @@ from types import SimpleNamespace
 
 import pytest
 
-from deploy import mount_units, nfs, s3, storage
-from deploy.platform import detect
-from deploy.settings import merge
+from deploy.contract.settings import merge
+from deploy.host.platform import detect
+from deploy.run.templating import render
+from deploy.storage import mount_units, mounts, nfs, s3
 
 SYSTEMD_ESCAPE = shutil.which("systemd-escape")
 PATHS = ["/mnt/shared", "/mnt/my-data", "/", "/srv//a.b/", "/.hidden/x", "/data/x.y-z", "/mnt/a:b_c", "/mnt/ü ber"]
+
+
+def s3_unit_text(driver: str, mount: dict, secret_file: str | None) -> str:
+    """An S3 mount's unit as the deploy writes it: its template and values (``s3.mount_unit``)."""
+    template, values, _kind = s3.mount_unit(driver, mount, secret_file)
+    return render(template, **values)
 
 
 def unit(text: str) -> configparser.ConfigParser:
@@ -149,7 +156,9 @@ def test_nfs_source():
 
 
 def test_nfs_unit():
-    text = nfs.nfs_unit_text("10.0.0.1:/srv/shared", "/mnt/shared", nfs.nfs_mount_options(None))
+    text = render(
+        nfs.UNIT_TEMPLATE, **nfs.unit_values("10.0.0.1:/srv/shared", "/mnt/shared", nfs.nfs_mount_options(None))
+    )
     assert text.startswith(mount_units.MARKER + "\n")
     parsed = unit(text)
     assert dict(parsed["Mount"]) == {
@@ -263,7 +272,7 @@ def test_s3_source_and_url():
 
 def test_s3fs_unit():
     mount = {**MINIO, "prefix": "imagenet/", "read_only": True}
-    parsed = unit(s3.s3fs_unit_text(mount, s3.s3fs_options(mount, "/etc/rayrig/s3/passwd-datasets")))
+    parsed = unit(s3_unit_text("s3fs", mount, "/etc/rayrig/s3/passwd-datasets"))
     assert parsed["Mount"]["What"] == "datasets:/imagenet"
     assert parsed["Mount"]["Where"] == "/mnt/datasets"
     assert parsed["Mount"]["Type"] == "fuse.s3fs"
@@ -273,7 +282,7 @@ def test_s3fs_unit():
 
 def test_a_percent_sign_reaches_the_mount_literally():
     mount = {**MINIO, "endpoint_url": "http://10.0.0.5:9000/a%20b"}
-    parsed = unit(s3.s3fs_unit_text(mount, s3.s3fs_options(mount, None)))
+    parsed = unit(s3_unit_text("s3fs", mount, None))
     assert "url=http://10.0.0.5:9000/a%%20b" in parsed["Mount"]["Options"]  # systemd reads %% as %
 
 
@@ -302,13 +311,13 @@ def test_mountpoint_args_and_unit():
         "--endpoint-url", "http://10.0.0.5:9000", "--force-path-style", "datasets", "/mnt/datasets",
     ]  # fmt: skip
     assert "--allow-delete" in s3.mountpoint_args({"bucket": "b", "path": "/mnt/b"})
-    parsed = unit(s3.mountpoint_unit_text(mount, "/etc/rayrig/s3/env-datasets"))
+    parsed = unit(s3_unit_text("mountpoint-s3", mount, "/etc/rayrig/s3/env-datasets"))
     assert parsed["Service"]["Type"] == "forking"
     assert parsed["Service"]["EnvironmentFile"] == "/etc/rayrig/s3/env-datasets"
     assert parsed["Service"]["ExecStart"].startswith("/usr/bin/mount-s3 --allow-other --read-only")
     assert parsed["Service"]["ExecStop"] == "/usr/bin/umount /mnt/datasets"
     assert parsed["Install"]["WantedBy"] == "remote-fs.target"
-    assert "EnvironmentFile" not in unit(s3.mountpoint_unit_text(mount, None))["Service"]
+    assert "EnvironmentFile" not in unit(s3_unit_text("mountpoint-s3", mount, None))["Service"]
 
 
 def test_s3_is_mounted():
@@ -420,12 +429,12 @@ def test_storage_state_fact():
         "EXPORTS",
         "CREDENTIALS /etc/rayrig/s3/passwd-datasets",
     ]
-    assert storage.StorageState().process(output) == {
+    assert mounts.StorageState().process(output) == {
         "units": {"mnt-shared.mount": True, "mnt-my\\x2ddata.mount": False, "rayrig-s3-mnt-d.service": False},
         "exports": True,
         "credentials": ["/etc/rayrig/s3/passwd-datasets"],
     }
-    assert storage.StorageState().process([]) == {"units": {}, "exports": False, "credentials": []}
+    assert mounts.StorageState().process([]) == {"units": {}, "exports": False, "credentials": []}
 
 
 def test_storage_state_fact_command_finds_only_marked_units(tmp_path):
@@ -433,16 +442,16 @@ def test_storage_state_fact_command_finds_only_marked_units(tmp_path):
     units.mkdir()
     (units / "mnt-ours.mount").write_text(mount_units.MARKER + "\n[Mount]\n")
     (units / "mnt-theirs.mount").write_text("[Mount]\n")
-    command = storage.StorageState().command().replace(mount_units.UNIT_DIR, str(units))
+    command = mounts.StorageState().command().replace(mount_units.UNIT_DIR, str(units))
     command = command.replace(s3.CREDENTIALS_DIR, str(tmp_path / "none"))
     command = command.replace(nfs.EXPORTS_FILE, str(tmp_path / "exports"))
     output = subprocess.run(["bash", "-c", command], capture_output=True, text=True, check=True).stdout.splitlines()
-    assert list(storage.StorageState().process(output)["units"]) == ["mnt-ours.mount"]
+    assert list(mounts.StorageState().process(output)["units"]) == ["mnt-ours.mount"]
 
 
 def test_mount_points_lists_nfs_then_s3():
     settings = {"storage_nfs_mounts": [{"path": "/mnt/a"}], "storage_s3_mounts": [{"path": "/mnt/b"}]}
-    assert storage.mount_points(settings) == ["/mnt/a", "/mnt/b"]
+    assert mounts.mount_points(settings) == ["/mnt/a", "/mnt/b"]
 
 
 # --- s3fs for real --------------------------------------------------------------------------------
@@ -506,7 +515,7 @@ def test_s3fs_mounts_a_bucket_with_the_options_the_unit_uses(tmp_path):
         def mount(data: dict) -> Path:
             where = Path(data["path"])
             where.mkdir()
-            parsed = unit(s3.s3fs_unit_text(data, s3.s3fs_options(data, str(passwd))))["Mount"]
+            parsed = unit(s3_unit_text("s3fs", data, str(passwd)))["Mount"]
             done = _in_time("mount", "-t", parsed["Type"], parsed["What"], parsed["Where"], "-o", parsed["Options"])
             assert done.returncode == 0, done.stderr
             mounted.append(where)

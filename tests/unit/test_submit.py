@@ -24,7 +24,8 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from deploy import auth, settings
+from deploy.contract import settings
+from deploy.ray import auth
 from rayrig import dashboard, jobs
 from rayrig.cli import main
 

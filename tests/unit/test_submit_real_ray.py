@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from deploy import auth
+from deploy.ray import auth
 from rayrig import dashboard, jobs
 
 pytestmark = [pytest.mark.slow, pytest.mark.real_ray]

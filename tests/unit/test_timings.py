@@ -1,4 +1,4 @@
-"""The deploy's phase timings (deploy/timings.py): which row an operation counts in, the rows
+"""The deploy's phase timings (deploy/run/timings.py): which row an operation counts in, the rows
 computed from recorded intervals, the printed table, and the checks' JSON report.
 
 No test reads the wall clock: intervals are given, and the clock's ``time.monotonic`` is a
@@ -15,8 +15,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from deploy import post_checks, timings
-from deploy.timings import CHECKS, PhaseRow, Span, phase_of, phase_rows, render, with_phases
+from deploy import post_checks
+from deploy.run import timings
+from deploy.run.timings import CHECKS, PhaseRow, Span, phase_of, phase_rows, render, with_phases
 
 DEPLOY_DIR = Path(__file__).resolve().parents[2] / "deploy"
 
@@ -28,7 +29,7 @@ def rows_by_phase(rows: list[PhaseRow]) -> dict[str, PhaseRow]:
 def test_every_step_of_the_deploy_counts_in_a_named_row():
     declared = {
         name
-        for path in DEPLOY_DIR.glob("*.py")
+        for path in DEPLOY_DIR.rglob("*.py")
         for name in re.findall(r'^@deploy\("([^"]+)"\)', path.read_text(), re.M)
     }
     assert declared, "no @deploy found"

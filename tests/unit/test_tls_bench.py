@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from checks.cluster import DIR_MARKER
+from checks.full import DIR_MARKER
 from rayrig.inventory import load_inventory
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "tls_bench.py"

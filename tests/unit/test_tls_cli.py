@@ -7,7 +7,8 @@ import stat
 
 import pytest
 
-from deploy import settings, tls
+from deploy.contract import settings
+from deploy.ray import tls_ca
 from rayrig import run
 from rayrig.cli import main
 from rayrig.errors import explain
@@ -20,7 +21,7 @@ SANS = ["10.0.0.5", "127.0.0.1", "localhost"]
 @pytest.fixture(autouse=True)
 def state(tmp_path, monkeypatch):
     monkeypatch.setenv("RAYRIG_STATE_DIR", str(tmp_path / "state"))
-    monkeypatch.setattr(tls, "_issued", {})
+    monkeypatch.setattr(tls_ca, "_issued", {})
     return tmp_path / "state"
 
 
@@ -40,7 +41,7 @@ def cluster(monkeypatch):
 @pytest.fixture
 def deployed(cluster):
     """A cluster deployed with TLS: the CA and the head's certificate exist."""
-    return tls.ensure_node_certificate(cluster, "@fake/head", SANS)
+    return tls_ca.ensure_node_certificate(cluster, "@fake/head", SANS)
 
 
 @pytest.fixture
@@ -57,9 +58,9 @@ def deploys(monkeypatch):
     def fake_run_pyinfra(inventory, deploy_file="deploy/cluster.py", extra=(), env=None):
         calls.append((inventory, list(extra), env))
         merged = settings.merge({})
-        folder = tls.tls_dir(merged)
+        folder = tls_ca.tls_dir(merged)
         calls.seen.append({"previous": sorted(p.name for p in (folder / "previous").glob("*"))})
-        calls.seen[-1]["node"] = tls.ensure_node_certificate(merged, "@fake/head", SANS)
+        calls.seen[-1]["node"] = tls_ca.ensure_node_certificate(merged, "@fake/head", SANS)
         return calls.status
 
     monkeypatch.setattr(run, "run_pyinfra", fake_run_pyinfra)
@@ -86,7 +87,7 @@ def test_a_missing_inventory_is_a_usage_error(capsys, cluster, deploys, command)
         f"rayrig tls {command[0]}: no/such/inventory.py: no such inventory file "
         "(expected a pyinfra inventory such as inventories/prod.py); nothing was changed\n"
     )
-    assert deploys == [] and not tls.tls_dir(cluster).exists()
+    assert deploys == [] and not tls_ca.tls_dir(cluster).exists()
 
 
 @pytest.mark.parametrize("partial", [["--limit", "@fake/head"], ["--limit=@fake/head"], ["--exclude", "x"]])
@@ -97,8 +98,8 @@ def test_a_rotation_of_part_of_the_inventory_is_refused(capsys, deployed, deploy
         f"rayrig tls rotate: {option}: a rotation must reach every host of the inventory "
         "(a node left on the previous CA could not talk to the others); nothing was changed\n"
     )
-    assert (tls.tls_dir(cluster) / "ca.crt").read_bytes() == deployed.ca_pem
-    assert not (tls.tls_dir(cluster) / "previous").exists() and deploys == []
+    assert (tls_ca.tls_dir(cluster) / "ca.crt").read_bytes() == deployed.ca_pem
+    assert not (tls_ca.tls_dir(cluster) / "previous").exists() and deploys == []
 
 
 @pytest.mark.parametrize("command", [["rotate", FAKE], ["client-cert", FAKE, "alice"]])
@@ -109,15 +110,15 @@ def test_a_cluster_without_tls_is_refused(capsys, monkeypatch, deploys, command)
         f"rayrig tls {command[0]}: {FAKE}: ray_tls = 'off': the cluster does not use TLS; "
         'set ray_tls = "on" and deploy; nothing was changed\n'
     )
-    assert deploys == [] and not tls.tls_dir(off).exists()
+    assert deploys == [] and not tls_ca.tls_dir(off).exists()
 
 
 def test_a_rotation_moves_the_ca_aside_deploys_in_rotation_mode_and_then_drops_the_previous(
     capsys, cluster, deployed, deploys
 ):
-    folder = tls.tls_dir(cluster)
+    folder = tls_ca.tls_dir(cluster)
     assert main(["tls", "rotate", FAKE, "-v"]) == 0
-    assert deploys == [(FAKE, ["-v"], {tls.ROTATION_ENV: "1"})]
+    assert deploys == [(FAKE, ["-v"], {tls_ca.ROTATION_ENV: "1"})]
     during = deploys.seen[0]
     assert during["previous"] == ["ca.crt", "ca.key", "nodes"]  # begun before the deploy
     assert during["node"].issued and during["node"].ca_pem != deployed.ca_pem  # the deploy made a new CA
@@ -133,7 +134,7 @@ def test_a_rotation_moves_the_ca_aside_deploys_in_rotation_mode_and_then_drops_t
 def test_a_failed_rotation_says_where_the_cluster_stands_and_a_second_one_finishes_it(
     capsys, cluster, deployed, deploys
 ):
-    folder = tls.tls_dir(cluster)
+    folder = tls_ca.tls_dir(cluster)
     deploys.status = 1
     assert main(["tls", "rotate", FAKE]) == 1
     err = capsys.readouterr().err
@@ -145,7 +146,7 @@ def test_a_failed_rotation_says_where_the_cluster_stands_and_a_second_one_finish
     new = deploys.seen[0]["node"]
 
     deploys.status = 0
-    tls._issued.clear()  # the second deploy is a new process
+    tls_ca._issued.clear()  # the second deploy is a new process
     assert main(["tls", "rotate", FAKE]) == 0
     out = capsys.readouterr().out
     assert f"was cut short: finishing it with the CA it made ({folder / 'ca.crt'})" in out
@@ -157,14 +158,14 @@ def test_a_failed_rotation_says_where_the_cluster_stands_and_a_second_one_finish
 def test_a_dry_run_puts_the_previous_ca_back(capsys, cluster, deployed, deploys):
     assert main(["tls", "rotate", FAKE, "--dry"]) == 0
     assert deploys[0][1] == ["--dry"]
-    folder = tls.tls_dir(cluster)
+    folder = tls_ca.tls_dir(cluster)
     assert (folder / "ca.crt").read_bytes() == deployed.ca_pem and not (folder / "previous").exists()
     assert "Dry run: no node was changed, and the local CA is as it was before." in capsys.readouterr().out
 
 
 def test_a_client_certificate_needs_the_cluster_ca(capsys, cluster):
     assert main(["tls", "client-cert", FAKE, "alice"]) == 2
-    ca = tls.tls_dir(cluster) / "ca.crt"
+    ca = tls_ca.tls_dir(cluster) / "ca.crt"
     assert capsys.readouterr().err == (
         f'rayrig tls client-cert: {ca}: the cluster has no CA yet; deploy with ray_tls = "on" first\n'
     )
@@ -175,28 +176,28 @@ def test_a_bad_client_name_is_a_usage_error(capsys, deployed, cluster):
     assert main(["tls", "client-cert", FAKE, "../alice"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("rayrig tls client-cert: client name '../alice': expected 1-64 letters, digits")
-    assert not (tls.tls_dir(cluster) / "clients").exists()
+    assert not (tls_ca.tls_dir(cluster) / "clients").exists()
 
 
 def test_an_unusable_ca_fails_naming_its_file(capsys, deployed, cluster):
-    (tls.tls_dir(cluster) / "ca.key").unlink()
+    (tls_ca.tls_dir(cluster) / "ca.key").unlink()
     assert main(["tls", "client-cert", FAKE, "alice"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"rayrig tls client-cert: {tls.tls_dir(cluster) / 'ca.key'}: missing")
+    assert err.startswith(f"rayrig tls client-cert: {tls_ca.tls_dir(cluster) / 'ca.key'}: missing")
     assert "`rayrig tls rotate INVENTORY`" in err
 
 
 def test_a_client_certificate_prints_the_environment_to_use_it(capsys, deployed, cluster):
     assert main(["tls", "client-cert", FAKE, "alice-laptop"]) == 0
     out, err = capsys.readouterr()
-    cert, key = tls.client_files(cluster, "alice-laptop")
+    cert, key = tls_ca.client_files(cluster, "alice-laptop")
     assert mode(key) == 0o600
     exports = [line for line in out.splitlines() if not line.startswith("#")]
     assert exports == [
         "export RAY_USE_TLS=1",
         f"export RAY_TLS_SERVER_CERT={cert}",
         f"export RAY_TLS_SERVER_KEY={key}",
-        f"export RAY_TLS_CA_CERT={tls.tls_dir(cluster) / 'ca.crt'}",
+        f"export RAY_TLS_CA_CERT={tls_ca.tls_dir(cluster) / 'ca.crt'}",
     ]
     assert "Client certificate 'alice-laptop' of cluster 'cluster', valid until" in out
     assert "ray://HEAD:10001" in out and "RAY_AUTH_TOKEN_PATH" in out
@@ -210,7 +211,7 @@ def test_a_client_certificate_copied_to_a_folder(capsys, deployed, cluster, tmp_
     assert sorted(p.name for p in out_dir.iterdir()) == ["alice.crt", "alice.key", "ca.crt"]
     assert mode(out_dir) == 0o700 and mode(out_dir / "alice.key") == 0o600
     assert (out_dir / "ca.crt").read_bytes() == deployed.ca_pem
-    assert (out_dir / "alice.key").read_bytes() == tls.client_files(cluster, "alice")[1].read_bytes()
+    assert (out_dir / "alice.key").read_bytes() == tls_ca.client_files(cluster, "alice")[1].read_bytes()
     assert f"export RAY_TLS_SERVER_KEY={out_dir / 'alice.key'}\n" in out
     assert f"export RAY_TLS_CA_CERT={out_dir / 'ca.crt'}\n" in out
     assert main(["tls", "client-cert", FAKE, "ca", "--out", str(out_dir)]) == 2
@@ -219,7 +220,7 @@ def test_a_client_certificate_copied_to_a_folder(capsys, deployed, cluster, tmp_
 
 
 def test_a_tls_error_anywhere_is_one_line_and_exit_1_not_a_bug_report():
-    failure = explain(tls.TLSError("/s/tls/ca.key: missing, while its pair in /s/tls is there; put it back"))
+    failure = explain(tls_ca.TLSError("/s/tls/ca.key: missing, while its pair in /s/tls is there; put it back"))
     assert failure.status == 1 and failure.hint is None
     assert failure.lines("rayrig deploy") == [
         "rayrig deploy: /s/tls/ca.key: missing, while its pair in /s/tls is there; put it back"

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from deploy import auth, settings
-from deploy.cluster_token import ROTATION_ENV
+from deploy.contract import settings
+from deploy.ray import auth
+from deploy.ray.cluster_token import ROTATION_ENV
 from rayrig import run
 from rayrig.cli import main
 

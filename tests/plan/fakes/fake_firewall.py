@@ -6,7 +6,7 @@ everything the firewall step puts there when converged (``options`` change one a
 ``fakehosts.fake_responses`` merges them into the host's ``fake_responses``.
 
 A converged host with ``firewall_enabled`` has the nftables package, the ruleset
-(rendered by the pure ``deploy.firewall.render_ruleset`` from the host's data, the
+(rendered by the pure ``deploy.firewall.nftables.render_ruleset`` from the host's data, the
 members and the deploy's source address), the unit file and the drop-in for
 nftables.service with their modes, the unit enabled and active, systemd running
 the files on disk, and the table loaded from that ruleset (its comment carries the
@@ -33,8 +33,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from deploy import firewall, settings
-from deploy.ports import member_ports
+from deploy.contract import settings
+from deploy.contract.ports import member_ports
+from deploy.firewall import nftables
 from tests.plan.fakes.fakestep import FakeState
 
 #: The operator's address the fake hosts see the deploy connect from (TEST-NET-2).
@@ -53,7 +54,7 @@ def expected_ruleset(
     host's ``firewall_member_cidrs``, this host's own by default)."""
     s = settings.merge(data)
     ssh = sorted({int(data.get("ssh_port") or 22), *([server_port] if deploy_source else [])})
-    return firewall.render_ruleset(
+    return nftables.render_ruleset(
         ray_ports=member_ports(s),
         members=members,
         admin_cidrs=s["firewall_admin_cidrs"],
@@ -70,12 +71,12 @@ def expected_ruleset(
 def table_listing(ruleset: str, digest: str | None) -> list[str]:
     """What ``nft list table inet rayrig`` prints (the start of it) for a table loaded with
     a comment carrying ``digest`` (None: no comment)."""
-    comment = [f'\tcomment "{firewall.DIGEST_PREFIX}{digest}"'] if digest else []
-    return [f"table {firewall.TABLE} {{", *comment, "\tset members_v4 {", "\t\ttype ipv4_addr", "\t}", "}"]
+    comment = [f'\tcomment "{nftables.DIGEST_PREFIX}{digest}"'] if digest else []
+    return [f"table {nftables.TABLE} {{", *comment, "\tset members_v4 {", "\t\ttype ipv4_addr", "\t}", "}"]
 
 
 def _systemd(key: str, value: str) -> list[str]:
-    return [f"Id={firewall.UNIT}", f"{key}={value}", ""]
+    return [f"Id={nftables.UNIT}", f"{key}={value}", ""]
 
 
 def facts(
@@ -103,21 +104,21 @@ def facts(
     except ValueError:  # data the deploy refuses before any operation: no ruleset of it was ever loaded
         ruleset, table_loaded, installed = "", False, False
     # RayrigTable
-    digest = options.get("table_digest", firewall.ruleset_digest(ruleset))
-    state.responses[f"nft list table {firewall.TABLE}"] = table_listing(ruleset, digest) if table_loaded else []
+    digest = options.get("table_digest", nftables.ruleset_digest(ruleset))
+    state.responses[f"nft list table {nftables.TABLE}"] = table_listing(ruleset, digest) if table_loaded else []
     # NeedDaemonReload of the firewall's unit and of nftables.service (its drop-in)
-    for unit in (firewall.UNIT, firewall.NFTABLES_UNIT):
+    for unit in (nftables.UNIT, nftables.NFTABLES_UNIT):
         stale = unit in options.get("need_reload", ())
         state.responses[f"--property NeedDaemonReload -- {unit}"] = [f"NeedDaemonReload={'yes' if stale else 'no'}"]
-    state.responses[f"--property SubState {firewall.UNIT}"] = _systemd("SubState", "exited" if installed else "dead")
-    state.responses[f"--property UnitFileState {firewall.UNIT}"] = _systemd(
+    state.responses[f"--property SubState {nftables.UNIT}"] = _systemd("SubState", "exited" if installed else "dead")
+    state.responses[f"--property UnitFileState {nftables.UNIT}"] = _systemd(
         "UnitFileState", "enabled" if installed else ""
     )
     if installed:
         state.packages = ("nftables",)
         state.dirs["/etc/rayrig"] = 755
-        state.dirs[firewall.DROP_IN_PATH.rsplit("/", 1)[0]] = 755
-        state.files[firewall.RULESET_PATH] = (ruleset, 644)
-        state.files[firewall.UNIT_PATH] = (firewall.unit_text(), 644)
-        state.files[firewall.DROP_IN_PATH] = (firewall.drop_in_text(), 644)
+        state.dirs[nftables.DROP_IN_PATH.rsplit("/", 1)[0]] = 755
+        state.files[nftables.RULESET_PATH] = (ruleset, 644)
+        state.files[nftables.UNIT_PATH] = (nftables.unit_text(), 644)
+        state.files[nftables.DROP_IN_PATH] = (nftables.drop_in_text(), 644)
     return state

@@ -2,14 +2,14 @@
 
 ``facts(converged, data, options)`` returns the files, directories and other fact answers a host
 has: nothing of Prometheus's or Grafana's when fresh; when converged, on the monitoring host,
-everything ``deploy.monitoring_server`` puts there (the files rendered by the pure functions of
-``deploy.monitoring_config`` from the cluster's members), the images, the units enabled and
+everything ``deploy.monitoring.server`` puts there (the files rendered by the pure functions of
+``deploy.monitoring.config`` from the cluster's members), the images, the units enabled and
 running, and containers whose hash label is their unit's; on every other host, nothing.
 ``fakehosts.cluster`` sets the options from the cluster:
 
 - ``serves``: this host is the monitoring host (default: not);
 - ``name``: this host's inventory name; ``members``: every present host as
-  ``deploy.monitoring_config.Member`` (whom Prometheus scrapes);
+  ``deploy.monitoring.config.Member`` (whom Prometheus scrapes);
 - ``leftovers``: this step's paths, containers and images on a host that should have none
   (``("PATH", path)``, ``("CONTAINER", name)``, ``("IMAGE", ref)``), as a monitoring host that
   moved or a deploy with ``monitoring_enabled = False`` finds them;
@@ -24,10 +24,10 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from deploy import monitoring_config as mc
-from deploy import monitoring_server as ms
-from deploy import settings
-from deploy.templating import render
+from deploy.contract import settings
+from deploy.monitoring import config as mc
+from deploy.monitoring import server as ms
+from deploy.run.templating import render
 from tests.plan.fakes.fakestep import FakeState
 
 IMAGE_ID = "sha256:" + "cd" * 32

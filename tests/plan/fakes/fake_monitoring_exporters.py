@@ -6,7 +6,7 @@ and other fact answers a host has: nothing of the exporters when fresh; when con
 
 - Debian, Ubuntu, Rocky: the node exporter package (``prometheus-node-exporter``, EPEL's
   ``node-exporter``), rayrig's marker that it installed it, its unit's drop-in (rendered by
-  the pure ``deploy.monitoring_exporters.drop_in_text``), the unit enabled and running with
+  the pure ``deploy.monitoring.exporters.drop_in_text``), the unit enabled and running with
   rayrig's flags;
 - Amazon Linux 2023: the ``rayrig-node-exporter`` unit file, enabled and running;
 - GPU hosts with ``monitoring_gpu_exporter = "dcgm"``: the ``rayrig-gpu-exporter`` unit;
@@ -29,10 +29,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from deploy import monitoring_exporters as mon
-from deploy import settings
-from deploy.platform import detect
-from deploy.templating import template_path
+from deploy.contract import settings
+from deploy.host.platform import detect
+from deploy.monitoring import exporters as mon
 from tests.plan.fakes.fakestep import FakeState
 
 OS_IDS = {
@@ -93,7 +92,7 @@ def _systemd(unit: str, key: str, value: str) -> list[str]:
 
 
 def _file_text(state: FakeState, path: str, content: str | None) -> None:
-    """``deploy.facts.FileText`` of ``path``, and the file among the host's files."""
+    """``deploy.run.facts.FileText`` of ``path``, and the file among the host's files."""
     if content is None:
         state.responses[f"if [ -f {path} ]"] = ["ABSENT"]
         return
@@ -117,7 +116,7 @@ def facts(os_name: str, converged: bool, data: Mapping[str, Any], gpus: int, opt
             state.files[f"/etc/systemd/system/{unit}.service"] = (text, 644)
         live.setdefault(unit, argv)
     if installed and gpus and s["monitoring_gpu_exporter"] == "dcgm":
-        with open(template_path(mon.COUNTERS_TEMPLATE)) as counters:
+        with open(mon.COUNTERS_TEMPLATE) as counters:
             state.files[mon.COUNTERS_PATH] = (counters.read(), 644)
     if package is not None and (installed or options.get("package_only")):
         state.packages = (package.package,)

@@ -7,7 +7,7 @@ everything the storage step puts there when converged (``options`` change one as
 
 A converged host has, from its data: the NFS server's packages, export directories,
 exports file (open to ``members``) and a running ``nfs-server``; for every mount its
-client packages, its unit file (rendered with the pure helpers of ``deploy.storage``),
+client packages, its unit file (rendered with the pure helpers of ``deploy.storage.mounts``),
 the unit enabled and the path mounted from the right source; the S3 credentials files
 (0600 in a 0700 directory). ``options`` change one aspect:
 
@@ -30,7 +30,9 @@ import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from deploy import mount_units, nfs, s3, settings
+from deploy.contract import settings
+from deploy.run.templating import render
+from deploy.storage import mount_units, nfs, s3
 from tests.plan.fakes.fakestep import FakeState
 
 #: The systems whose /etc/os-release says "amzn": no s3fs package there.
@@ -128,7 +130,8 @@ def facts(
             address = server_address(mount["server"], members, servers)
             source = nfs.nfs_source(address, mount["export"])
             name = mount_units.mount_unit_name(mount["path"])
-            text = nfs.nfs_unit_text(source, mount["path"], nfs.nfs_mount_options(mount.get("options")))
+            values = nfs.unit_values(source, mount["path"], nfs.nfs_mount_options(mount.get("options")))
+            text = render(nfs.UNIT_TEMPLATE, **values)
             state.files[f"{mount_units.UNIT_DIR}/{name}"] = (text, 644)
             units[name] = mount["path"] not in disabled
             mounted[mount["path"]] = (source, "nfs4")
@@ -141,12 +144,9 @@ def facts(
                 state.files[secret] = (s3.s3_credentials_text(driver, creds), 600)
                 credentials.add(secret)
             name = s3.s3_unit_name(mount["path"], driver)
-            if driver == "s3fs":
-                text = s3.s3fs_unit_text(mount, s3.s3fs_options(mount, secret))
-                mounted[mount["path"]] = ("s3fs", "fuse.s3fs")
-            else:
-                text = s3.mountpoint_unit_text(mount, secret)
-                mounted[mount["path"]] = ("mountpoint-s3", "fuse")
+            template, values, _kind = s3.mount_unit(driver, mount, secret)
+            text = render(template, **values)
+            mounted[mount["path"]] = ("s3fs", "fuse.s3fs") if driver == "s3fs" else ("mountpoint-s3", "fuse")
             state.files[f"{mount_units.UNIT_DIR}/{name}"] = (text, 644)
             units[name] = mount["path"] not in disabled
 

@@ -14,7 +14,7 @@ States:
 
 The converged answers are built from the host's data independently of the
 deploy modules' operations: file contents are written out here, and the
-container's hash comes from the pure argument builders of ``deploy.ray_node``
+container's hash comes from the pure argument builders of ``deploy.ray.ray_node``
 (``ray_start_args``/``docker_run_args``/``config_hash``), fed with the same
 facts the fake host reports.
 
@@ -33,21 +33,14 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from deploy import (
-    auth,
-    cluster_token,
-    env_secret,
-    firewall,
-    membership,
-    monitoring_config,
-    nfs,
-    ray_node,
-    ray_temp,
-    settings,
-)
-from deploy.docker import merge_daemon_config
-from deploy.ray_image import registry_config
-from deploy.storage import mount_points
+from deploy.contract import settings
+from deploy.firewall import nftables
+from deploy.host.docker import merge_daemon_config
+from deploy.host.ray_image import registry_config
+from deploy.monitoring import config as monitoring_config
+from deploy.ray import auth, cluster_token, env_secret, membership, ray_node, ray_temp
+from deploy.storage import nfs
+from deploy.storage.mounts import mount_points
 from tests.plan.fakes import fake_firewall, fake_monitoring, fake_monitoring_exporters, fake_storage
 
 FRESH = "fresh"
@@ -330,7 +323,7 @@ def expected_files(
         files.update(nvidia_files(os_name, data, driver, nvswitches))
     name = s["ray_container_name"]
     units = fake_storage.expected_units(os_name, s)
-    table = firewall.TABLE if s["firewall_enabled"] else None
+    table = nftables.TABLE if s["firewall_enabled"] else None
     unit = ray_node.unit_text(name, mount_points(s), units, table, ray_temp.host_path(s))
     files[f"/etc/systemd/system/{name}.service"] = (unit, 644)
     if s["ray_auth"] == "token":
@@ -378,7 +371,7 @@ def expected_run_args(
     mem_kb: int = MEM_KB, nofile_hard: int | None = NOFILE_HARD, monitoring: bool | None = None,
 ) -> list[str]:  # fmt: skip
     """The ``docker create`` arguments (without the hash label) the deploy wants for a host,
-    built with the pure helpers of ``deploy.ray_node`` from the host's data and facts.
+    built with the pure helpers of ``deploy.ray.ray_node`` from the host's data and facts.
     ``monitoring``: the host is the head and the monitoring host (default: the head, with
     monitoring on and no other ``monitoring_host``)."""
     s = settings.merge(data)
@@ -525,7 +518,7 @@ def fake_responses(
     ``fake_firewall.facts`` and ``fake_storage.facts``, ``monitoring`` for
     ``fake_monitoring.facts`` (the monitoring server; ``cluster`` sets it), ``exporters`` for
     ``fake_monitoring_exporters.facts``. ``recorded`` is the
-    membership record the host keeps (``deploy.membership.MEMBERS_PATH``): by
+    membership record the host keeps (``deploy.ray.membership.MEMBERS_PATH``): by
     default, when converged, the members and every host's member networks; a
     list of members instead, or None for no record.
     """
@@ -765,7 +758,7 @@ def monitoring_host(hosts: list[tuple[str, Mapping[str, Any]]]) -> str | None:
     if not present or not settings.merge(present[0][1])["monitoring_enabled"]:
         return None
     view = [(n, str(d.get("ray_node_ip")), str(d.get("ray_role"))) for n, d in present]
-    return monitoring_config.resolve_monitoring_host(settings.merge(present[0][1])["monitoring_host"], view)
+    return settings.resolve_monitoring_host(settings.merge(present[0][1])["monitoring_host"], view)
 
 
 # --- The reference cluster of the plan tests -------------------------------------------------------

@@ -25,7 +25,7 @@ from pathlib import Path
 #: too: every other input of that hash is on the same command line), and the image mirror's run tag.
 MASKS = [
     (re.compile(r"\b[0-9a-f]{64}\b"), "TOKEN"),
-    (re.compile(r"(rayrig\.(?:auth-token-digest|tls-digest|config-hash)=)[0-9a-f]+"), r"\1DIGEST"),
+    (re.compile(r"(rayrig\.(?:auth-token-digest|tls-digest|config-hash)=)(?:[0-9a-f]+|TLS)\b"), r"\1DIGEST"),
     (re.compile(r"rayrig-(?:\d{14}|TIME)-[0-9a-f]{6}"), "rayrig-RUN-TAG"),
 ]
 

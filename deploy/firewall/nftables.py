@@ -236,9 +236,10 @@ def render_ruleset(**inputs: Any) -> str:
     >>> "policy drop;" in text, "ip saddr @members_v4 tcp dport @ray_ports accept" in text
     (True, True)
     """
-    values = ruleset_values(**inputs)
-    body = render(RULESET_TEMPLATE, digest=None, **values)
-    return render(RULESET_TEMPLATE, digest=ruleset_digest(body), **values)
+    body = render(RULESET_TEMPLATE, **ruleset_values(**inputs))
+    table = "table inet rayrig {\n"
+    at = body.index(table, body.index("delete table inet rayrig")) + len(table)
+    return f'{body[:at]}\tcomment "{DIGEST_PREFIX}{ruleset_digest(body)}"\n{body[at:]}'
 
 
 def ruleset_values(
@@ -290,7 +291,6 @@ def ruleset_values(
     )  # fmt: skip
     return {
         "nft": NFT,
-        "digest_prefix": DIGEST_PREFIX,
         "open_to": [f"{line.rstrip(';.')}{';' if i < len(open_to) - 1 else '.'}" for i, line in enumerate(open_to)],
         "dashboard_open": dashboard_open,
         "dashboard": int(ray_ports[DASHBOARD]),

@@ -36,10 +36,15 @@ from typing import Any
 from deploy.contract import settings
 from deploy.contract.ports import member_ports
 from deploy.firewall import nftables
-from tests.plan.fakes.fakestep import FakeState
+from tests.plan.fakes.fakestep import FakeState, fact_key, need_reload, systemd_unit
 
 #: The operator's address the fake hosts see the deploy connect from (TEST-NET-2).
 DEPLOY_SOURCE = "198.51.100.7"
+
+#: The matchers of the facts this module answers, checked against their commands.
+DEPLOY_SOURCE_FACT = fact_key(nftables.DeploySource, "RAYRIG_SSH_CONNECTION=")
+OTHER_FIREWALLS = fact_key(nftables.OtherFirewalls, "RAYRIG_FIREWALL=")
+RAYRIG_TABLE = fact_key(nftables.RayrigTable, f"nft list table {nftables.TABLE}")
 
 
 def expected_ruleset(
@@ -75,10 +80,6 @@ def table_listing(ruleset: str, digest: str | None) -> list[str]:
     return [f"table {nftables.TABLE} {{", *comment, "\tset members_v4 {", "\t\ttype ipv4_addr", "\t}", "}"]
 
 
-def _systemd(key: str, value: str) -> list[str]:
-    return [f"Id={nftables.UNIT}", f"{key}={value}", ""]
-
-
 def facts(
     os_name: str, converged: bool, data: Mapping[str, Any], members: Sequence[str], options: Mapping[str, Any]
 ) -> FakeState:
@@ -93,8 +94,8 @@ def facts(
     node_ip = str(s["ray_node_ip"] or "10.0.0.99")
     connection = f"{source} 52814 {node_ip} {server_port}" if source else ""
     client = f"{source} 52814 {server_port}" if source else ""
-    state.responses["RAYRIG_SSH_CONNECTION="] = [f"RAYRIG_SSH_CONNECTION={connection}", f"RAYRIG_SSH_CLIENT={client}"]
-    state.responses["RAYRIG_FIREWALL="] = [
+    state.responses[DEPLOY_SOURCE_FACT] = [f"RAYRIG_SSH_CONNECTION={connection}", f"RAYRIG_SSH_CLIENT={client}"]
+    state.responses[OTHER_FIREWALLS] = [
         f"RAYRIG_FIREWALL={name} {options[name]}" for name in ("ufw", "firewalld") if options.get(name)
     ]
     try:
@@ -105,14 +106,12 @@ def facts(
         ruleset, table_loaded, installed = "", False, False
     # RayrigTable
     digest = options.get("table_digest", nftables.ruleset_digest(ruleset))
-    state.responses[f"nft list table {nftables.TABLE}"] = table_listing(ruleset, digest) if table_loaded else []
+    state.responses[RAYRIG_TABLE] = table_listing(ruleset, digest) if table_loaded else []
     # NeedDaemonReload of the firewall's unit and of nftables.service (its drop-in)
     for unit in (nftables.UNIT, nftables.NFTABLES_UNIT):
-        stale = unit in options.get("need_reload", ())
-        state.responses[f"--property NeedDaemonReload -- {unit}"] = [f"NeedDaemonReload={'yes' if stale else 'no'}"]
-    state.responses[f"--property SubState {nftables.UNIT}"] = _systemd("SubState", "exited" if installed else "dead")
-    state.responses[f"--property UnitFileState {nftables.UNIT}"] = _systemd(
-        "UnitFileState", "enabled" if installed else ""
+        state.responses.update(need_reload(unit, unit in options.get("need_reload", ())))
+    state.responses.update(
+        systemd_unit(nftables.UNIT, "exited" if installed else "dead", "enabled" if installed else "")
     )
     if installed:
         state.packages = ("nftables",)

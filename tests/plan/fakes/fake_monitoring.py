@@ -27,10 +27,21 @@ from typing import Any
 from deploy.contract import settings
 from deploy.monitoring import config as mc
 from deploy.monitoring import server as ms
+from deploy.run.facts import ContainerState, DockerImageId, FileText
 from deploy.run.templating import render
-from tests.plan.fakes.fakestep import FakeState
+from tests.plan.fakes.fakestep import FakeState, fact_key, systemd_unit
 
 IMAGE_ID = "sha256:" + "cd" * 32
+GPU_TARGETS = f"{mc.TARGETS_DIR}/gpu.json"
+
+#: The matchers of the facts this module answers, checked against their commands.
+LEFTOVERS = fact_key(ms.Leftovers, 'echo "PATH $p"', ("/etc/x",), ("x",), ("x",))
+GPU_TARGETS_TEXT = fact_key(FileText, f"if [ -f {GPU_TARGETS} ]", GPU_TARGETS)
+
+
+def config_read_at(container: str) -> str:
+    """The matcher of ``ConfigReadAt`` for ``container`` (its files do not change the command's start)."""
+    return fact_key(ms.ConfigReadAt, f"--format '{{{{.State.StartedAt}}}}' {container}", container, ("/etc/x",))
 
 
 def serves_grafana(s: Mapping[str, Any]) -> bool:
@@ -73,10 +84,6 @@ def expected_dirs(s: Mapping[str, Any]) -> dict[str, int]:
     return dirs
 
 
-def _systemd(unit: str, key: str, value: str) -> list[str]:
-    return [f"Id={unit}", f"{key}={value}", ""]
-
-
 def _container(name: str, image: str, label: str) -> str:
     return json.dumps(
         {
@@ -95,16 +102,14 @@ def facts(converged: bool, data: Mapping[str, Any], options: Mapping[str, Any]) 
     state = FakeState()
     serves = bool(options.get("serves")) and converged
     # Leftovers: one command; on a host that should have none, what ``leftovers`` says is there.
-    state.responses['echo "PATH $p"'] = [" ".join(item) for item in options.get("leftovers", ())]  # Leftovers
+    state.responses[LEFTOVERS] = [" ".join(item) for item in options.get("leftovers", ())]
     containers = {ms.PROMETHEUS: (s["monitoring_prometheus_image"], prometheus(s))}
     if s["monitoring_grafana"]:
         containers[ms.GRAFANA] = (s["monitoring_grafana_image"], grafana(s))
     # ConfigReadAt: when each container last read its files, and when they were written.
-    state.responses[f"--format '{{{{.State.StartedAt}}}}' {ms.GRAFANA}"] = (
-        ["STARTED=1733004000", "WRITTEN=1733000000"] if serves else []
-    )
+    state.responses[config_read_at(ms.GRAFANA)] = ["STARTED=1733004000", "WRITTEN=1733000000"] if serves else []
     unread = bool(options.get("config_unread"))
-    state.responses[f"--format '{{{{.State.StartedAt}}}}' {ms.PROMETHEUS}"] = (
+    state.responses[config_read_at(ms.PROMETHEUS)] = (
         ["READ=1733004000", "STARTED=1733000500", f"WRITTEN={1733009000 if unread else 1733000000}"] if serves else []
     )
     leftovers = set(options.get("leftovers", ()))
@@ -113,30 +118,27 @@ def facts(converged: bool, data: Mapping[str, Any], options: Mapping[str, Any]) 
         if name in containers:
             image, words = containers[name]
             label = options.get("prometheus_label", ms.run_hash(words)) if name == ms.PROMETHEUS else ms.run_hash(words)
-            state.responses[f"docker container inspect --format '{{{{json .}}}}' {name}"] = (
-                [_container(name, image, label)] if serves else []
-            )
-        state.responses[f"--property SubState {name}.service"] = _systemd(
-            f"{name}.service", "SubState", "running" if runs else "dead"
-        )
-        state.responses[f"--property UnitFileState {name}.service"] = _systemd(
-            f"{name}.service", "UnitFileState", "enabled" if runs else ""
+            key = fact_key(ContainerState, f"docker container inspect --format '{{{{json .}}}}' {name}", name)
+            state.responses[key] = [_container(name, image, label)] if serves else []
+        state.responses.update(
+            systemd_unit(f"{name}.service", "running" if runs else "dead", "enabled" if runs else "")
         )
     for path, uid in ((mc.PROMETHEUS_DATA, mc.PROMETHEUS_UID), (mc.GRAFANA_DATA, mc.GRAFANA_UID)):
-        state.responses[f"stat -c %u:%g {path}"] = [f"{uid}:{uid}"] if serves else []
+        state.responses[fact_key(ms.PathOwner, f"stat -c %u:%g {path}", path)] = [f"{uid}:{uid}"] if serves else []
     for kind, path in leftovers:  # what pyinfra's own File and Directory facts see of them
         if kind == "PATH" and path.endswith(".service"):
             state.files[path] = ("[Unit]\n", 644)
         elif kind == "PATH":
             state.dirs[path] = 755
     if not serves:
-        state.responses[f"if [ -f {mc.TARGETS_DIR}/gpu.json ]"] = ["ABSENT"]
+        state.responses[GPU_TARGETS_TEXT] = ["ABSENT"]
         return state
     members = list(options.get("members", ()))
     state.files.update(expected_files(s, options.get("name", ""), members))
     state.dirs.update(expected_dirs(s))
-    gpu = state.files[f"{mc.TARGETS_DIR}/gpu.json"][0]
-    state.responses[f"if [ -f {mc.TARGETS_DIR}/gpu.json ]"] = ["EXISTS", *gpu.splitlines()]
+    gpu = state.files[GPU_TARGETS][0]
+    state.responses[GPU_TARGETS_TEXT] = ["EXISTS", *gpu.splitlines()]
     for image in (s["monitoring_prometheus_image"], s["monitoring_grafana_image"]):
-        state.responses[f"docker image inspect --format '{{{{.Id}}}}' {image}"] = [IMAGE_ID]
+        key = fact_key(DockerImageId, f"docker image inspect --format '{{{{.Id}}}}' {image}", image)
+        state.responses[key] = [IMAGE_ID]
     return state

@@ -32,7 +32,8 @@ from typing import Any
 from deploy.contract import settings
 from deploy.host.platform import detect
 from deploy.monitoring import exporters as mon
-from tests.plan.fakes.fakestep import FakeState
+from deploy.run.facts import DockerImageId, FileText
+from tests.plan.fakes.fakestep import FakeState, fact_key, need_reload, systemd_unit
 
 OS_IDS = {
     "ubuntu22": ("ubuntu", "22.04"),
@@ -87,16 +88,13 @@ def expected_images(os_name: str, data: Mapping[str, Any], gpus: int) -> list[st
     return images
 
 
-def _systemd(unit: str, key: str, value: str) -> list[str]:
-    return [f"Id={unit}", f"{key}={value}", ""]
-
-
 def _file_text(state: FakeState, path: str, content: str | None) -> None:
     """``deploy.run.facts.FileText`` of ``path``, and the file among the host's files."""
+    key = fact_key(FileText, f"if [ -f {path} ]", path)
     if content is None:
-        state.responses[f"if [ -f {path} ]"] = ["ABSENT"]
+        state.responses[key] = ["ABSENT"]
         return
-    state.responses[f"if [ -f {path} ]"] = ["EXISTS", *content.splitlines()]
+    state.responses[key] = ["EXISTS", *content.splitlines()]
     state.files[path] = (content, 644)
 
 
@@ -125,17 +123,11 @@ def facts(os_name: str, converged: bool, data: Mapping[str, Any], gpus: int, opt
         argv = live.get(unit)
         running = argv is not None
         service = f"{unit}.service"
-        state.responses[f"--property MainPID --value -- {service}"] = (
+        state.responses[fact_key(mon.UnitCommand, f"--property MainPID --value -- {service}", service)] = (
             ["RAYRIG_RUNNING", *(f"RAYRIG_ARG={a}" for a in argv)] if running else []
         )
-        state.responses[f"--property SubState {service}"] = _systemd(
-            service, "SubState", "running" if running else "dead"
-        )
-        state.responses[f"--property UnitFileState {service}"] = _systemd(
-            service, "UnitFileState", "enabled" if running else ""
-        )
-        stale = unit in options.get("need_reload", ())
-        state.responses[f"--property NeedDaemonReload -- {service}"] = [f"NeedDaemonReload={'yes' if stale else 'no'}"]
+        state.responses.update(systemd_unit(service, "running" if running else "dead", "enabled" if running else ""))
+        state.responses.update(need_reload(service, unit in options.get("need_reload", ())))
 
     marker = package.package + "\n" if installed and package and not options.get("own_package") else None
     _file_text(state, mon.PACKAGE_MARKER, marker)
@@ -146,5 +138,5 @@ def facts(os_name: str, converged: bool, data: Mapping[str, Any], gpus: int, opt
     present = options.get("images_present", installed)
     for image in (s["monitoring_node_exporter_image"], s["monitoring_gpu_exporter_image"]):
         ids = ["sha256:" + "cd" * 32] if present and image in images else []
-        state.responses[f"docker image inspect --format '{{{{.Id}}}}' {image}"] = ids
+        state.responses[fact_key(DockerImageId, f"docker image inspect --format '{{{{.Id}}}}' {image}", image)] = ids
     return state

@@ -20,7 +20,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from tests.plan.fakes.fakehosts import IMAGE_ID
+from tests.plan.fakes.fake_ray_container import IMAGE_ID
 
 RAY_ERROR = "ValueError: The requested object store memory size is greater than the total available memory."
 REFUSED_LOG = f"""Usage stats collection is disabled.

@@ -33,11 +33,17 @@ from typing import Any
 from deploy.contract import settings
 from deploy.run.templating import render
 from deploy.storage import mount_units, nfs, s3
-from tests.plan.fakes.fakestep import FakeState
+from deploy.storage.mounts import StorageState
+from tests.plan.fakes.fakestep import FakeState, fact_key, need_reload, systemd_unit
 
 #: The systems whose /etc/os-release says "amzn": no s3fs package there.
 NO_S3FS = ("al2023",)
 APT = ("ubuntu22", "ubuntu24", "debian12")
+
+#: The matchers of the facts this module answers, checked against their commands.
+MOUNT_TABLE = fact_key(mount_units.MountTable, "findmnt -rn -o TARGET,SOURCE,FSTYPE")
+EXPORT_TIMES = fact_key(nfs.ExportTimes, "RAYRIG_WRITTEN exports")
+STORAGE_STATE = fact_key(StorageState, "rayrig-s3-*.service")
 
 
 def server_address(name: str, members: Sequence[str], servers: Mapping[str, str]) -> str:
@@ -100,10 +106,6 @@ def _quoted_file_responses(path: str, content: str, mode: int) -> dict[str, list
     }
 
 
-def _systemd(unit: str, key: str, value: str) -> list[str]:
-    return [f"Id={unit}", f"{key}={value}", ""]
-
-
 def facts(
     os_name: str, converged: bool, data: Mapping[str, Any], members: Sequence[str], options: Mapping[str, Any]
 ) -> FakeState:
@@ -161,7 +163,7 @@ def facts(
         if shlex.quote(path) != path:
             state.responses.update(_quoted_file_responses(path, content, mode))
     # MountTable (findmnt): the system's own mounts, then the shared ones
-    state.responses["findmnt -rn -o TARGET,SOURCE,FSTYPE"] = [
+    state.responses[MOUNT_TABLE] = [
         "/ /dev/sda1 ext4",
         "/proc proc proc",
         "/sys/fs/cgroup cgroup2 cgroup2",
@@ -169,27 +171,23 @@ def facts(
     ]
     # NeedDaemonReload of the mount units
     for name in units:
-        stale = name in options.get("need_reload", ())
-        state.responses[f"--property NeedDaemonReload -- {shlex.quote(name)}"] = [
-            f"NeedDaemonReload={'yes' if stale else 'no'}"
-        ]
+        state.responses.update(need_reload(name, name in options.get("need_reload", ()), quoted=True))
     # ExportTimes: the live table rewritten 5 s after the file (converged), or 5 s before it
     if exports:
         unread = bool(options.get("exports_unread"))
-        state.responses["RAYRIG_WRITTEN exports"] = [
+        state.responses[EXPORT_TIMES] = [
             "RAYRIG_WRITTEN exports 1733000100.000000000",
             f"RAYRIG_WRITTEN etab {1733000095 if unread else 1733000105}.000000000",
         ]
     # StorageState
-    state.responses["rayrig-s3-*.service"] = [
+    state.responses[STORAGE_STATE] = [
         *(f"UNIT {name} {'enabled' if on else 'disabled'}" for name, on in units.items()),
         *(["EXPORTS"] if exports else []),
         *(f"CREDENTIALS {path}" for path in sorted(credentials)),
     ]
     # The NFS server service: a oneshot that stays "exited" once it ran
     unit = nfs.NFS_SERVER_SERVICE
-    state.responses[f"--property SubState {unit}"] = _systemd(unit, "SubState", "exited" if is_server else "dead")
-    state.responses[f"--property UnitFileState {unit}"] = _systemd(
-        unit, "UnitFileState", "enabled" if is_server else "disabled"
+    state.responses.update(
+        systemd_unit(unit, "exited" if is_server else "dead", "enabled" if is_server else "disabled")
     )
     return state

@@ -12,6 +12,12 @@ States:
   running, the image is present and ``ray-node`` runs with the hash label of
   the desired configuration.
 
+A host is described per concern, each a small object or step module that says what a
+fresh and a converged host have: ``fake_os.HostOS``, ``fake_nvidia.HostGPUs``,
+``fake_docker.HostDocker``, ``fake_ray_container.RayContainer``, and the steps
+``fake_firewall``, ``fake_storage``, ``fake_monitoring`` and ``fake_monitoring_exporters``.
+This module composes them with the files, directories and packages every host has.
+
 The converged answers are built from the host's data independently of the
 deploy modules' operations: file contents are written out here, and the
 container's hash comes from the pure argument builders of ``deploy.ray.ray_node``
@@ -20,6 +26,7 @@ facts the fake host reports.
 
 A fake connector matcher is a substring of the fact's shell command; the
 first match wins, so specific matchers (a path) come before generic ones.
+``fakestep.fact_key`` checks each matcher against its fact's command.
 
     hosts = cluster("ubuntu22", "fresh", gpus={"@fake/head": 8})
     # -> [("@fake/head", {...data, "fake_responses": {...}}), ...]
@@ -29,122 +36,34 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from pyinfra.facts.deb import DebPackages
+from pyinfra.facts.files import File, Sha1File
+from pyinfra.facts.rpm import RpmPackages
+
 from deploy.contract import settings
 from deploy.firewall import nftables
-from deploy.host.docker import merge_daemon_config
+from deploy.host.docker import DAEMON_JSON
 from deploy.host.ray_image import registry_config
 from deploy.monitoring import config as monitoring_config
 from deploy.ray import auth, cluster_token, env_secret, membership, ray_node, ray_temp
 from deploy.storage import nfs
 from deploy.storage.mounts import mount_points
 from tests.plan.fakes import fake_firewall, fake_monitoring, fake_monitoring_exporters, fake_storage
+from tests.plan.fakes.fake_docker import ENGINE_PACKAGES, HostDocker, repo_files, uses_docker_repo
+from tests.plan.fakes.fake_nvidia import H100, HostGPUs, nvidia_files  # noqa: F401
+from tests.plan.fakes.fake_os import FAMILY, MEM_KB, NOFILE_HARD, OS_RELEASE, OSES, UPLOAD_DIR, HostOS  # noqa: F401
+from tests.plan.fakes.fake_ray_container import IMAGE_ID, RayContainer, container_json, expected_run_args, head_monitors  # noqa: F401
+from tests.plan.fakes.fakestep import FakeState, fact_key
+
+# (F401: tests import H100, OS_RELEASE, OSES and container_json from here.)
 
 FRESH = "fresh"
 CONVERGED = "converged"
 STATES = (FRESH, CONVERGED)
 
-# Real /etc/os-release files of the supported systems.
-OS_RELEASE: dict[str, list[str]] = {
-    "ubuntu22": [
-        'PRETTY_NAME="Ubuntu 22.04.4 LTS"',
-        'NAME="Ubuntu"',
-        'VERSION_ID="22.04"',
-        'VERSION="22.04.4 LTS (Jammy Jellyfish)"',
-        "VERSION_CODENAME=jammy",
-        "ID=ubuntu",
-        "ID_LIKE=debian",
-        'HOME_URL="https://www.ubuntu.com/"',
-        'SUPPORT_URL="https://help.ubuntu.com/"',
-        'BUG_REPORT_URL="https://bugs.launchpad.net/ubuntu/"',
-        'PRIVACY_POLICY_URL="https://www.ubuntu.com/legal/terms-and-policies/privacy-policy"',
-        "UBUNTU_CODENAME=jammy",
-    ],
-    "ubuntu24": [
-        'PRETTY_NAME="Ubuntu 24.04.1 LTS"',
-        'NAME="Ubuntu"',
-        'VERSION_ID="24.04"',
-        'VERSION="24.04.1 LTS (Noble Numbat)"',
-        "VERSION_CODENAME=noble",
-        "ID=ubuntu",
-        "ID_LIKE=debian",
-        'HOME_URL="https://www.ubuntu.com/"',
-        'SUPPORT_URL="https://help.ubuntu.com/"',
-        'BUG_REPORT_URL="https://bugs.launchpad.net/ubuntu/"',
-        'PRIVACY_POLICY_URL="https://www.ubuntu.com/legal/terms-and-policies/privacy-policy"',
-        "UBUNTU_CODENAME=noble",
-        "LOGO=ubuntu-logo",
-    ],
-    "debian12": [
-        'PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"',
-        'NAME="Debian GNU/Linux"',
-        'VERSION_ID="12"',
-        'VERSION="12 (bookworm)"',
-        "VERSION_CODENAME=bookworm",
-        "ID=debian",
-        'HOME_URL="https://www.debian.org/"',
-        'SUPPORT_URL="https://www.debian.org/support"',
-        'BUG_REPORT_URL="https://bugs.debian.org/"',
-    ],
-    "rocky9": [
-        'NAME="Rocky Linux"',
-        'VERSION="9.4 (Blue Onyx)"',
-        'ID="rocky"',
-        'ID_LIKE="rhel centos fedora"',
-        'VERSION_ID="9.4"',
-        'PLATFORM_ID="platform:el9"',
-        'PRETTY_NAME="Rocky Linux 9.4 (Blue Onyx)"',
-        'ANSI_COLOR="0;32"',
-        'LOGO="fedora-logo-icon"',
-        'CPE_NAME="cpe:/o:rocky:rocky:9::baseos"',
-        'HOME_URL="https://rockylinux.org/"',
-        'BUG_REPORT_URL="https://bugs.rockylinux.org/"',
-        'SUPPORT_END="2032-05-31"',
-        'ROCKY_SUPPORT_PRODUCT="Rocky-Linux-9"',
-        'ROCKY_SUPPORT_PRODUCT_VERSION="9.4"',
-        'REDHAT_SUPPORT_PRODUCT="Rocky Linux"',
-        'REDHAT_SUPPORT_PRODUCT_VERSION="9.4"',
-    ],
-    "al2023": [
-        'NAME="Amazon Linux"',
-        'VERSION="2023"',
-        'ID="amzn"',
-        'ID_LIKE="fedora"',
-        'VERSION_ID="2023"',
-        'PLATFORM_ID="platform:al2023"',
-        'PRETTY_NAME="Amazon Linux 2023.5.20240916"',
-        'ANSI_COLOR="0;33"',
-        'CPE_NAME="cpe:2.3:o:amazon:amazon_linux:2023"',
-        'HOME_URL="https://aws.amazon.com/linux/amazon-linux-2023/"',
-        'DOCUMENTATION_URL="https://docs.aws.amazon.com/linux/"',
-        'SUPPORT_URL="https://aws.amazon.com/premiumsupport/"',
-        'BUG_REPORT_URL="https://github.com/amazonlinux/amazon-linux-2023"',
-        'VENDOR_NAME="AWS"',
-        'VENDOR_URL="https://aws.amazon.com/"',
-        'SUPPORT_END="2028-03-15"',
-    ],
-    # Not supported by rayrig: for the error path.
-    "centos7": [
-        'NAME="CentOS Linux"',
-        'VERSION="7 (Core)"',
-        'ID="centos"',
-        'ID_LIKE="rhel fedora"',
-        'VERSION_ID="7"',
-        'PRETTY_NAME="CentOS Linux 7 (Core)"',
-    ],
-}
-
-#: The supported systems, in the order tests report them.
-OSES = ("ubuntu22", "ubuntu24", "debian12", "rocky9", "al2023")
-
-FAMILY = {"ubuntu22": "apt", "ubuntu24": "apt", "debian12": "apt", "rocky9": "dnf", "al2023": "dnf", "centos7": "dnf"}
-CODENAME = {"ubuntu22": "jammy", "ubuntu24": "noble", "debian12": "bookworm"}
-DOCKER_REPO_PATH = {"ubuntu22": "ubuntu", "ubuntu24": "ubuntu", "debian12": "debian", "rocky9": "centos"}
-
-DOCKER_CE = ("docker-ce", "docker-ce-cli", "containerd.io", "docker-buildx-plugin")
 BASE_PACKAGES = {
     "ubuntu22": ("ca-certificates", "curl", "gnupg"),
     "ubuntu24": ("ca-certificates", "curl", "gnupg"),
@@ -152,140 +71,21 @@ BASE_PACKAGES = {
     "rocky9": ("ca-certificates", "curl", "gnupg2"),
     "al2023": ("ca-certificates", "curl-minimal", "gnupg2-minimal"),
 }
-#: The engine a converged host runs, per OS and docker_source.
-ENGINE_PACKAGES = {
-    ("ubuntu22", "distro"): ("docker.io",),
-    ("ubuntu24", "distro"): ("docker.io",),
-    ("debian12", "distro"): ("docker.io",),
-    ("ubuntu22", "docker"): DOCKER_CE,
-    ("ubuntu24", "docker"): DOCKER_CE,
-    ("debian12", "docker"): DOCKER_CE,
-    ("rocky9", "distro"): DOCKER_CE,  # RHEL 9 ships no Docker
-    ("rocky9", "docker"): DOCKER_CE,
-    ("al2023", "distro"): ("docker",),  # no Docker CE repository for Amazon Linux
-    ("al2023", "docker"): ("docker",),
-}
 #: Packages every host has, installed or not by rayrig (so the package facts are never empty).
 PREINSTALLED = ("bash", "coreutils", "openssh-server", "systemd")
 
-H100 = "NVIDIA H100 80GB HBM3, 550.54.15, 81559"
-MEM_KB = 527_958_284  # a 512 GiB server
-NOFILE_HARD = 1_048_576
-IMAGE_ID = "sha256:" + "ab" * 32
-CONTAINER_ID = "c0ffee" * 10 + "beef"
-
 APT_LOCK_CONF = "/etc/apt/apt.conf.d/90rayrig-lock-timeout"
-APT_KEYRING = "/etc/apt/keyrings/docker.asc"
-APT_DOCKER_LIST = "/etc/apt/sources.list.d/docker.list"
-DNF_DOCKER_REPO = "/etc/yum.repos.d/docker-ce.repo"
-DAEMON_JSON = "/etc/docker/daemon.json"
 REGISTRY_CONFIG = "/etc/rayrig/docker/config.json"
-SSH_HOME = "/home/rayrig"  # the SSH user's home (``echo ~``)
-UPLOAD_DIR = f"{SSH_HOME}/.rayrig-upload"  # where uploads through sudo pass
-
-# --- NVIDIA (hosts with GPUs only), written out from NVIDIA's install guides -----------------------
-
-TOOLKIT_PACKAGES = ("nvidia-container-toolkit", "nvidia-container-toolkit-base", "libnvidia-container-tools",
-                    "libnvidia-container1")  # fmt: skip
-TOOLKIT_KEYRING = "/etc/apt/keyrings/nvidia-container-toolkit-keyring.asc"
-TOOLKIT_APT_LIST = "/etc/apt/sources.list.d/nvidia-container-toolkit.list"
-TOOLKIT_DNF_REPO = "/etc/yum.repos.d/nvidia-container-toolkit.repo"
-CUDA_KEYRING = "/etc/apt/keyrings/cuda-archive-keyring.asc"
-#: NVIDIA's CUDA repository directory and signing key per OS.
-CUDA_REPO = {
-    "ubuntu22": ("ubuntu2204", "3bf863cc.pub"),
-    "ubuntu24": ("ubuntu2404", "3bf863cc.pub"),
-    "debian12": ("debian12", "3bf863cc.pub"),
-    "rocky9": ("rhel9", "D42D0685.pub"),
-    "al2023": ("amzn2023", "D42D0685.pub"),
+#: Directories every host of a family has before rayrig runs.
+SYSTEM_DIRS = {
+    "apt": ("/etc/apt/apt.conf.d", "/etc/apt/sources.list.d", "/etc/systemd/system"),
+    "dnf": ("/etc/yum.repos.d", "/etc/systemd/system"),
 }
-#: Ubuntu takes its driver and Fabric Manager from its own archive; the others from the CUDA repository.
-FROM_CUDA = {"ubuntu22": False, "ubuntu24": False, "debian12": True, "rocky9": True, "al2023": True}
-#: The package that shows the driver rayrig installs is there ("{branch}": nvidia_driver_branch).
-DRIVER_PACKAGE = {
-    "ubuntu22": "nvidia-utils-{branch}-server",
-    "ubuntu24": "nvidia-utils-{branch}-server",
-    "debian12": "cuda-drivers-{branch}",
-    "rocky9": "nvidia-driver",
-    "al2023": "nvidia-driver",
-}
-#: Fabric Manager's package and installed version, matching the fake H100s' driver 550.54.15.
-FABRICMANAGER = {
-    "ubuntu22": ("nvidia-fabricmanager-550", "550.54.15-0ubuntu1"),
-    "ubuntu24": ("nvidia-fabricmanager-550", "550.54.15-0ubuntu1"),
-    "debian12": ("nvidia-fabricmanager-550", "550.54.15-1"),
-    "rocky9": ("nvidia-fabric-manager", "550.54.15-1"),
-    "al2023": ("nvidia-fabric-manager", "550.54.15-1"),
-}
-#: What ``nvidia-ctk runtime configure --runtime=docker`` adds to daemon.json.
-NVIDIA_RUNTIME = {"nvidia": {"args": [], "path": "nvidia-container-runtime"}}
 
-
-def uses_cuda_repo(os_name: str, data: Mapping[str, Any], driver: bool = True, nvswitches: int = 0) -> bool:
-    """Whether rayrig configures NVIDIA's CUDA repository on a GPU host: for a driver it installs,
-    or for Fabric Manager, where the distribution does not ship them."""
-    installs_driver = settings.merge(data)["nvidia_driver"] == "install" and not driver
-    return FROM_CUDA[os_name] and (installs_driver or nvswitches > 0)
-
-
-def nvidia_files(
-    os_name: str, data: Mapping[str, Any], driver: bool = True, nvswitches: int = 0
-) -> dict[str, tuple[str, int]]:
-    """path -> (content, mode) of the files rayrig puts on a GPU host."""
-    s = settings.merge(data)
-    files: dict[str, tuple[str, int]] = {}
-    toolkit = s["nvidia_toolkit_repo_url"].rstrip("/")
-    if FAMILY[os_name] == "apt":
-        files[TOOLKIT_KEYRING] = ("-----BEGIN PGP PUBLIC KEY BLOCK-----\n", 644)
-        files[TOOLKIT_APT_LIST] = (f"deb [signed-by={TOOLKIT_KEYRING}] {toolkit}/stable/deb/$(ARCH) /\n", 644)
-    else:
-        files[TOOLKIT_DNF_REPO] = (
-            "[nvidia-container-toolkit]\n"
-            "name=nvidia-container-toolkit\n"
-            f"baseurl={toolkit}/stable/rpm/$basearch\n"
-            "repo_gpgcheck=1\n"
-            "gpgcheck=0\n"
-            "enabled=1\n"
-            f"gpgkey={toolkit}/gpgkey\n"
-            "sslverify=1\n"
-            "sslcacert=/etc/pki/tls/certs/ca-bundle.crt\n",
-            644,
-        )
-    if uses_cuda_repo(os_name, data, driver, nvswitches):
-        directory, key = CUDA_REPO[os_name]
-        base = f"{s['nvidia_cuda_repo_url'].rstrip('/')}/{directory}/x86_64"
-        if FAMILY[os_name] == "apt":
-            files[CUDA_KEYRING] = ("-----BEGIN PGP PUBLIC KEY BLOCK-----\n", 644)
-            files[f"/etc/apt/sources.list.d/cuda-{directory}-x86_64.list"] = (
-                f"deb [signed-by={CUDA_KEYRING}] {base}/ /\n",
-                644,
-            )
-        else:
-            files[f"/etc/yum.repos.d/cuda-{directory}.repo"] = (
-                f"[cuda-{directory}-x86_64]\nname=cuda-{directory}-x86_64\nbaseurl={base}\nenabled=1\n"
-                f"gpgcheck=1\ngpgkey={base}/{key}\n",
-                644,
-            )
-    return files
-
-
-def nvidia_packages(
-    os_name: str,
-    data: Mapping[str, Any],
-    nvswitches: int = 0,
-    driver_packages: bool = False,
-    toolkit_version: str | None = None,
-) -> dict[str, str]:
-    """name -> version of the NVIDIA packages on a converged GPU host."""
-    s = settings.merge(data)
-    version = f"{toolkit_version or s['nvidia_toolkit_version']}-1"
-    packages = {name: version for name in TOOLKIT_PACKAGES}
-    if nvswitches:
-        name, fm_version = FABRICMANAGER[os_name]
-        packages[name] = fm_version
-    if driver_packages:
-        packages[DRIVER_PACKAGE[os_name].replace("{branch}", s["nvidia_driver_branch"])] = "550.54.15-1"
-    return packages
+#: The package facts' matchers. pyinfra's ``File``/``Directory`` and ``Sha1File`` matchers are
+#: per path (``_stat_matcher``, ``_sha1_matcher``), checked here on one path.
+DPKG = fact_key(DebPackages, "dpkg -l")
+RPM = fact_key(RpmPackages, "rpm --queryformat")
 
 
 # --- Expected files on a converged host ---------------------------------------------------------
@@ -299,24 +99,7 @@ def expected_files(
     files: dict[str, tuple[str, int]] = {}
     if FAMILY[os_name] == "apt":
         files[APT_LOCK_CONF] = (f'DPkg::Lock::Timeout "{s["base_wait_timeout_s"]}";\n', 644)
-    if uses_docker_repo(os_name, s["docker_source"]):
-        base = f"{s['docker_repo_url'].rstrip('/')}/{DOCKER_REPO_PATH[os_name]}"
-        if FAMILY[os_name] == "apt":
-            files[APT_KEYRING] = ("-----BEGIN PGP PUBLIC KEY BLOCK-----\n", 644)
-            files[APT_DOCKER_LIST] = (
-                f"deb [arch=amd64 signed-by={APT_KEYRING}] {base} {CODENAME[os_name]} stable\n",
-                644,
-            )
-        else:
-            files[DNF_DOCKER_REPO] = (
-                "[docker-ce-stable]\n"
-                "name=Docker CE Stable\n"
-                f"baseurl={base}/$releasever/$basearch/stable\n"
-                "enabled=1\n"
-                "gpgcheck=1\n"
-                f"gpgkey={base}/gpg\n",
-                644,
-            )
+    files.update(repo_files(os_name, s))
     if s["docker_registry_auth"]:
         files[REGISTRY_CONFIG] = (registry_config(s["docker_registry_auth"]), 600)
     if gpus:
@@ -331,13 +114,6 @@ def expected_files(
     if s["ray_env_secret"]:
         files[env_secret.ENV_FILE] = (env_secret.env_file_text(s["ray_env_secret"]), 600)
     return files
-
-
-#: Directories every host of a family has before rayrig runs.
-SYSTEM_DIRS = {
-    "apt": ("/etc/apt/apt.conf.d", "/etc/apt/sources.list.d", "/etc/systemd/system"),
-    "dnf": ("/etc/yum.repos.d", "/etc/systemd/system"),
-}
 
 
 def expected_dirs(os_name: str, data: Mapping[str, Any], *, gpus: int = 0) -> dict[str, int]:
@@ -357,41 +133,9 @@ def expected_dirs(os_name: str, data: Mapping[str, Any], *, gpus: int = 0) -> di
     return dirs
 
 
-def uses_docker_repo(os_name: str, source: str) -> bool:
-    return os_name in DOCKER_REPO_PATH and ENGINE_PACKAGES[(os_name, source)] == DOCKER_CE
-
-
 def expected_packages(os_name: str, data: Mapping[str, Any]) -> tuple[str, ...]:
     s = settings.merge(data)
     return (*BASE_PACKAGES[os_name], *ENGINE_PACKAGES[(os_name, s["docker_source"])], *s["base_extra_packages"])
-
-
-def expected_run_args(
-    data: Mapping[str, Any], node_ip: str, head_ip: str, gpus: int = 0,
-    mem_kb: int = MEM_KB, nofile_hard: int | None = NOFILE_HARD, monitoring: bool | None = None,
-) -> list[str]:  # fmt: skip
-    """The ``docker create`` arguments (without the hash label) the deploy wants for a host,
-    built with the pure helpers of ``deploy.ray.ray_node`` from the host's data and facts.
-    ``monitoring``: the host is the head and the monitoring host (default: the head, with
-    monitoring on and no other ``monitoring_host``)."""
-    s = settings.merge(data)
-    visible = s["nvidia_visible_devices"]
-    detected = gpus if visible == "all" else len(visible)
-    num_gpus = detected if s["ray_num_gpus"] == "auto" else int(s["ray_num_gpus"])
-    start = ray_node.ray_start_args(s, s["ray_role"], node_ip, head_ip, num_gpus)
-    shm = ray_node.shm_size(s["ray_shm_size"], mem_kb * 1024)
-    nofile = ray_node.nofile_limit(s["ray_ulimit_nofile"], nofile_hard)
-    digest = auth.token_digest(auth.ensure_token(s)) if s["ray_auth"] == "token" else None
-    if monitoring is None:
-        monitoring = head_monitors(s)
-    return ray_node.docker_run_args(s, s["ray_role"], start, num_gpus, shm, nofile, digest, monitoring)
-
-
-def head_monitors(s: Mapping[str, Any]) -> bool:
-    """Whether a host with settings ``s`` is the head and runs Prometheus (``monitoring_host`` unset,
-    or its own address)."""
-    here = s["monitoring_host"] in (None, s["ray_node_ip"])
-    return bool(s["ray_role"] == "head" and s["monitoring_enabled"] and here)
 
 
 # --- Fact answers --------------------------------------------------------------------------------
@@ -417,6 +161,21 @@ def _sha1_matcher(path: str) -> str:
     return f"test -e {path} && ( sha1sum {path}"
 
 
+fact_key(File, _stat_matcher("/etc/rayrig"), "/etc/rayrig")
+fact_key(Sha1File, _sha1_matcher("/etc/rayrig"), "/etc/rayrig")
+
+
+def _file_answers(files: Mapping[str, tuple[str, int]], dirs: Mapping[str, int]) -> dict[str, list[str]]:
+    """pyinfra's ``File``, ``Sha1File`` and ``Directory`` answers for ``files`` and ``dirs``."""
+    responses = {}
+    for path, (content, mode) in files.items():
+        responses[_stat_matcher(path)] = [_stat_line(path, mode)]
+        responses[_sha1_matcher(path)] = [f"{hashlib.sha1(content.encode()).hexdigest()}  {path}"]
+    for path, mode in dirs.items():
+        responses[_stat_matcher(path)] = [_stat_line(path, mode, "directory")]
+    return responses
+
+
 def _dpkg_lines(packages: Iterable[str], versioned: Mapping[str, str] | None = None) -> list[str]:
     lines = [
         "Desired=Unknown/Install/Remove/Purge/Hold",
@@ -433,23 +192,124 @@ def _rpm_lines(packages: Iterable[str], versioned: Mapping[str, str] | None = No
     return [f"{name} 1.0-1.el9" for name in packages] + [f"{n} {v}" for n, v in (versioned or {}).items()]
 
 
-def _systemd(unit: str, key: str, value: str) -> list[str]:
-    return [f"Id={unit}", f"{key}={value}", ""]
+def _package_answers(
+    os_name: str, data: Mapping[str, Any], converged: bool, steps: list[FakeState], gpus: HostGPUs
+) -> dict[str, list[str]]:
+    """The package fact of the host's family: what every host has, what rayrig and its steps
+    installed when converged, and the NVIDIA packages with their versions."""
+    installed = [*PREINSTALLED, *(expected_packages(os_name, data) if converged else ())]
+    installed += [p for step in steps for p in step.packages if p not in installed]
+    versioned = gpus.packages(os_name, data)
+    if FAMILY[os_name] == "apt":
+        return {DPKG: _dpkg_lines(installed, versioned)}
+    return {RPM: _rpm_lines(installed, versioned)}
 
 
-def container_json(
-    name: str, image: str, labels: Mapping[str, str], running: bool = True, image_id: str = IMAGE_ID
-) -> str:
-    """One line of ``docker container inspect --format '{{json .}}'`` (``image_id``: the image it was created from)."""
-    return json.dumps(
-        {
-            "Id": CONTAINER_ID,
-            "Image": image_id,
-            "Name": f"/{name}",
-            "State": {"Status": "running" if running else "exited", "Running": running, "Restarting": False},
-            "Config": {"Image": image, "Labels": dict(labels)},
-        }
-    )
+def _membership(
+    converged: bool, s: Mapping[str, Any], members: list[str], firewall: Mapping[str, Any], recorded: Any
+) -> FakeState:
+    """The membership record the host keeps (``recorded``: CONVERGED for the cluster's, a list, or None)."""
+    if recorded == CONVERGED:
+        cidrs = firewall.get("member_cidrs", s["firewall_member_cidrs"])
+        recorded = membership.cluster_membership(members, cidrs) if converged else None
+    state = FakeState()
+    if recorded is not None:
+        record = membership.record_text(list(recorded))
+        state.files[membership.MEMBERS_PATH] = (record, 644)
+        state.dirs[membership.MEMBERS_PATH.rsplit("/", 1)[0]] = 755
+        key = fact_key(membership.RecordedMembers, f"if [ -f {membership.MEMBERS_PATH} ]")
+        state.responses[key] = ["RAYRIG_MEMBERS", *record.splitlines()]
+    return state
+
+
+def _token_answer(files: Mapping[str, tuple[str, int]]) -> dict[str, list[str]]:
+    """What ``deploy.ray.cluster_token`` reads from the head's token file through sudo."""
+    token_file = files.get(auth.NODE_TOKEN_PATH)
+    answer = [cluster_token.TOKEN_FOLLOWS, token_file[0].strip()] if token_file else [cluster_token.NO_TOKEN]
+    return {cluster_token.TOKEN_FOLLOWS: answer}
+
+
+def _steps(
+    os_name: str, converged: bool, data: Mapping[str, Any], members: list[str], gpus: int,
+    firewall: Mapping[str, Any], storage: Mapping[str, Any], monitoring: Mapping[str, Any],
+    exporters: Mapping[str, Any],
+) -> list[FakeState]:  # fmt: skip
+    """What the firewall, storage and monitoring steps find on the host."""
+    return [
+        fake_firewall.facts(os_name, converged, data, members, firewall),
+        fake_storage.facts(os_name, converged, data, members, storage),
+        fake_monitoring.facts(converged, data, monitoring),
+        fake_monitoring_exporters.facts(os_name, converged, data, gpus, exporters),
+    ]
+
+
+def host_responses(
+    host_os: HostOS,
+    state: str = FRESH,
+    data: Mapping[str, Any] | None = None,
+    *,
+    gpus: HostGPUs | None = None,
+    docker: HostDocker | None = None,
+    container: RayContainer | None = None,
+    head_ip: str = "10.0.0.1",
+    members: Iterable[str] = (),
+    firewall: Mapping[str, Any] | None = None,
+    storage: Mapping[str, Any] | None = None,
+    monitoring: Mapping[str, Any] | None = None,
+    recorded: Iterable[str] | None | str = CONVERGED,
+    exporters: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The ``fake_responses`` of one host, composed from its concerns (see ``fake_responses``)."""
+    if state not in STATES:
+        raise ValueError(f"state must be one of {STATES}, not {state!r}")
+    os_name, data, converged = host_os.os_name, dict(data or {}), state == CONVERGED
+    s = settings.merge(data)
+    gpus = (gpus or HostGPUs()).settled(converged, data)
+    docker, container = docker or HostDocker(), container or RayContainer()
+    node_ip = str(s["ray_node_ip"] or "10.0.0.99")
+    members = list(members) or [head_ip, *([node_ip] if node_ip != head_ip else [])]
+    options = (firewall or {}, storage or {}, monitoring or {}, exporters or {})
+    steps = _steps(os_name, converged, data, members, gpus.count, *options)
+
+    # rayrig's files and directories, with the membership record and the daemon.json that are there
+    files, dirs = {}, {}
+    if converged:
+        files = expected_files(os_name, data, gpus=gpus.count, driver=gpus.driver, nvswitches=gpus.nvswitches)
+        dirs = expected_dirs(os_name, data, gpus=gpus.count)
+    for step in steps:
+        files.update(step.files)
+        dirs.update(step.dirs)
+    for path in SYSTEM_DIRS[FAMILY[os_name]]:
+        dirs.setdefault(path, 755)
+    record = _membership(converged, s, members, firewall or {}, recorded)
+    files.update(record.files)
+    for path, mode in record.dirs.items():
+        dirs.setdefault(path, mode)
+    daemon_text = docker.daemon_text(converged, s, bool(gpus.nvidia_runtime))
+    if daemon_text is not None:
+        files[DAEMON_JSON] = (daemon_text, 644)
+        dirs.setdefault("/etc/docker", 755)
+
+    # (DockerDaemon's first: the uptime matcher would answer that fact too)
+    responses = {**docker.daemon_state(converged, DAEMON_JSON in files), **host_os.host_info(), **host_os.session()}
+    responses.update({**gpus.devices(), **host_os.uptime()})
+    for step in steps:
+        responses.update(step.responses)
+    responses.update(record.responses)
+    responses.update(docker.config(daemon_text))
+    responses.update(_file_answers(files, dirs))
+    responses.update(_token_answer(files))
+    responses.update(_package_answers(os_name, data, converged, steps, gpus))
+    responses.update(docker.service(converged))
+    responses.update(gpus.services())
+
+    def wanted_hash() -> str:
+        monitors = (monitoring or {}).get("head_monitors")
+        run_args = expected_run_args(data, node_ip, head_ip, gpus.count, host_os.mem_kb, host_os.nofile_hard, monitors)
+        return ray_node.config_hash(run_args)
+
+    responses.update(container.responses(converged, s, wanted_hash))
+    return responses
 
 
 def fake_responses(
@@ -480,203 +340,52 @@ def fake_responses(
     driver_packages: bool | None = None,
     persistenced: bool | None = None,
     fabricmanager: bool | None = None,
-    members: Iterable[str] = (),
-    firewall: Mapping[str, Any] | None = None,
-    storage: Mapping[str, Any] | None = None,
-    monitoring: Mapping[str, Any] | None = None,
-    recorded: Iterable[str] | None | str = CONVERGED,
-    exporters: Mapping[str, Any] | None = None,
+    **steps: Any,
 ) -> dict[str, Any]:
-    """The ``fake_responses`` of one host.
+    """The ``fake_responses`` of one host on ``os_name`` in ``state``, each keyword changing one aspect.
 
-    ``data`` is the host's inventory data (rayrig keys); ``head_ip`` the head's
-    address (for the converged container's hash). ``gpus`` NVIDIA H100s are on
-    the PCI bus with a working driver. ``daemon_json`` is what another tool
-    wrote to daemon.json (as is when fresh; with rayrig's keys merged in when
-    converged, or as ``daemon_json_merged`` says). The other keywords change
-    one aspect of the state: ``image_present``, ``container_present``,
-    ``container_hash`` (the label the running container carries; giving one
-    makes the container present), ``container_image_id`` (the image it was created
-    from; the present image is ``IMAGE_ID``), ``previous_present`` (a stopped
-    ``<name>-previous`` container, left by a replacement cut short), ``docker_running``,
-    ``daemon_json_unread`` (daemon.json was written after the running daemon started: a run
-    died before Docker's restart), ``unit_need_reload`` (the ray-node unit file changed since
-    systemd's last daemon-reload), ``cloud_init_running``, ``mem_kb`` and ``nofile_hard``
-    (None: unlimited).
+    ``data`` is the host's inventory data (rayrig keys); ``head_ip`` the head's address (for the
+    converged container's hash). The keywords are fields of the concern objects (None: as the state
+    says), documented there:
 
-    NVIDIA, on a host with ``gpus``: ``driver`` False leaves the GPUs without a
-    working driver (nvidia-smi absent); ``nvswitches`` NVSwitch chips sit on the
-    bus. What a converged GPU host has, each keyword overriding one aspect:
-    ``toolkit`` (the Container Toolkit installed, at ``toolkit_version`` or the
-    data's), ``nvidia_runtime`` (daemon.json registers the runtime),
-    ``driver_packages`` (the driver rayrig installs is there, by default when the
-    data says ``nvidia_driver = "install"``), ``persistenced`` and
-    ``fabricmanager`` (installed at the driver's version, enabled and running).
+    - ``fake_os.HostOS``: ``cloud_init_running``, ``mem_kb``, ``nofile_hard`` (None: unlimited);
+    - ``fake_nvidia.HostGPUs``: ``gpus`` (its ``count`` of H100s), ``driver``, ``nvswitches``, ``toolkit``,
+      ``toolkit_version``, ``nvidia_runtime``, ``driver_packages``, ``persistenced``, ``fabricmanager``;
+    - ``fake_docker.HostDocker``: ``daemon_json``, ``daemon_json_merged``, ``docker_running`` (its
+      ``running``), ``daemon_json_unread``;
+    - ``fake_ray_container.RayContainer``: ``image_present``, ``container_present``, ``container_hash``,
+      ``container_image_id``, ``previous_present``, ``unit_need_reload``.
 
-    ``members`` are the cluster's node addresses, the head's first (the
-    firewall admits them); ``firewall`` and ``storage`` are keywords for
-    ``fake_firewall.facts`` and ``fake_storage.facts``, ``monitoring`` for
-    ``fake_monitoring.facts`` (the monitoring server; ``cluster`` sets it), ``exporters`` for
-    ``fake_monitoring_exporters.facts``. ``recorded`` is the
-    membership record the host keeps (``deploy.ray.membership.MEMBERS_PATH``): by
-    default, when converged, the members and every host's member networks; a
-    list of members instead, or None for no record.
+    ``steps`` go to ``host_responses``: ``members`` are the cluster's node addresses, the head's first
+    (the firewall admits them); ``firewall``, ``storage``, ``monitoring`` (the monitoring server;
+    ``cluster`` sets it) and ``exporters`` are the options of ``fake_firewall.facts``,
+    ``fake_storage.facts``, ``fake_monitoring.facts`` and ``fake_monitoring_exporters.facts``.
+    ``recorded`` is the membership record the host keeps (``deploy.ray.membership.MEMBERS_PATH``): by
+    default, when converged, the members and every host's member networks; a list of members
+    instead, or None for no record.
     """
-    if state not in STATES:
-        raise ValueError(f"state must be one of {STATES}, not {state!r}")
-    data = dict(data or {})
-    s = settings.merge(data)
-    converged = state == CONVERGED
-    node_ip = str(s["ray_node_ip"] or "10.0.0.99")
-    responses: dict[str, Any] = {}
-
-    # HostInfo
-    responses["cat /etc/os-release"] = [
-        *OS_RELEASE[os_name],
-        "RAYRIG_ARCH=x86_64",
-        f"RAYRIG_MEM_KB={mem_kb}",
-        f"RAYRIG_NOFILE_HARD={nofile_hard if nofile_hard is not None else 'unlimited'}",
-    ]
-    # The SSH user's home (read as that user, for the private upload directory)
-    responses["echo ~"] = [SSH_HOME]
-    # CloudInitRunning
-    responses["cloud-init status"] = ["status: running"] if cloud_init_running else ["status: done"]
-    # NvidiaDevices, and the uptime that server.reboot compares
-    responses["PCI_GPUS="] = [
-        f"PCI_GPUS={gpus}",
-        f"NVSWITCHES={nvswitches}",
-        *([f"GPU={H100}"] * gpus if driver else []),
-    ]
-    responses["/proc/uptime"] = ["4242"]
-    gpu_host = gpus > 0
-    toolkit = converged and gpu_host if toolkit is None else toolkit
-    nvidia_runtime = converged and gpu_host if nvidia_runtime is None else nvidia_runtime
-    if driver_packages is None:
-        driver_packages = converged and gpu_host and s["nvidia_driver"] == "install"
-    persistenced = converged and gpu_host if persistenced is None else persistenced
-    fabricmanager = converged and nvswitches > 0 if fabricmanager is None else fabricmanager
-
-    members = list(members) or [head_ip, *([node_ip] if node_ip != head_ip else [])]
-    steps = [
-        fake_firewall.facts(os_name, converged, data, members, firewall or {}),
-        fake_storage.facts(os_name, converged, data, members, storage or {}),
-        fake_monitoring.facts(converged, data, monitoring or {}),
-        fake_monitoring_exporters.facts(os_name, converged, data, gpus, exporters or {}),
-    ]
-    for step in steps:
-        responses.update(step.responses)
-
-    # rayrig's files and directories, with the daemon.json that is there
-    files = expected_files(os_name, data, gpus=gpus, driver=driver, nvswitches=nvswitches) if converged else {}
-    dirs = expected_dirs(os_name, data, gpus=gpus) if converged else {}
-    for step in steps:
-        files.update(step.files)
-        dirs.update(step.dirs)
-    for path in SYSTEM_DIRS[FAMILY[os_name]]:
-        dirs.setdefault(path, 755)
-    if recorded == CONVERGED:
-        cidrs = (firewall or {}).get("member_cidrs", s["firewall_member_cidrs"])
-        recorded = membership.cluster_membership(members, cidrs) if converged else None
-    if recorded is not None:
-        record = membership.record_text(list(recorded))
-        files[membership.MEMBERS_PATH] = (record, 644)
-        dirs.setdefault(membership.MEMBERS_PATH.rsplit("/", 1)[0], 755)
-        responses[f"if [ -f {membership.MEMBERS_PATH} ]"] = ["RAYRIG_MEMBERS", *record.splitlines()]
-    current_daemon = dict(daemon_json or {})
-    if nvidia_runtime and "nvidia" not in (current_daemon.get("runtimes") or {}):
-        current_daemon["runtimes"] = {**(current_daemon.get("runtimes") or {}), **NVIDIA_RUNTIME}
-    if converged if daemon_json_merged is None else daemon_json_merged:
-        current_daemon = merge_daemon_config(current_daemon, s)
-    if current_daemon:
-        files[DAEMON_JSON] = (json.dumps(current_daemon, indent=2, sort_keys=True) + "\n", 644)
-        dirs.setdefault("/etc/docker", 755)
-    responses[f"if [ -f {DAEMON_JSON} ]"] = (
-        ["EXISTS", *files[DAEMON_JSON][0].splitlines()] if DAEMON_JSON in files else ["ABSENT"]
+    return host_responses(
+        HostOS(os_name, mem_kb, nofile_hard, cloud_init_running),
+        state,
+        data,
+        gpus=HostGPUs(
+            gpus,
+            nvswitches,
+            driver,
+            toolkit,
+            toolkit_version,
+            nvidia_runtime,
+            driver_packages,
+            persistenced,
+            fabricmanager,
+        ),
+        docker=HostDocker(daemon_json, daemon_json_merged, docker_running, daemon_json_unread),
+        container=RayContainer(
+            image_present, container_present, container_hash, container_image_id, previous_present, unit_need_reload
+        ),
+        head_ip=head_ip,
+        **steps,
     )
-    for path, (content, mode) in files.items():
-        responses[_stat_matcher(path)] = [_stat_line(path, mode)]
-        responses[_sha1_matcher(path)] = [f"{hashlib.sha1(content.encode()).hexdigest()}  {path}"]
-    for path, mode in dirs.items():
-        responses[_stat_matcher(path)] = [_stat_line(path, mode, "directory")]
-    # The cluster's token, read from the head's file through sudo
-    token_file = files.get(auth.NODE_TOKEN_PATH)
-    responses[cluster_token.TOKEN_FOLLOWS] = (
-        [cluster_token.TOKEN_FOLLOWS, token_file[0].strip()] if token_file else [cluster_token.NO_TOKEN]
-    )
-
-    # Packages
-    installed = [*PREINSTALLED, *(expected_packages(os_name, data) if converged else ())]
-    installed += [p for step in steps for p in step.packages if p not in installed]
-    versioned = nvidia_packages(os_name, data, nvswitches, bool(driver_packages), toolkit_version) if gpu_host else {}
-    if not toolkit:
-        versioned = {n: v for n, v in versioned.items() if n not in TOOLKIT_PACKAGES}
-    if not fabricmanager and os_name in FABRICMANAGER:
-        versioned.pop(FABRICMANAGER[os_name][0], None)
-    if FAMILY[os_name] == "apt":
-        responses["dpkg -l"] = _dpkg_lines(installed, versioned)
-    else:
-        responses["rpm --queryformat"] = _rpm_lines(installed, versioned)
-
-    # Docker service
-    running = converged if docker_running is None else docker_running
-    responses["--property SubState docker.service"] = _systemd(
-        "docker.service", "SubState", "running" if running else "dead"
-    )
-    responses["--property UnitFileState docker.service"] = _systemd(
-        "docker.service", "UnitFileState", "enabled" if converged else ""
-    )
-    # DockerDaemon: a daemon that started 1000 s after boot; daemon.json written 10 s before
-    # that (converged), or 10 s after (a run that died before the restart).
-    boot = 1_733_000_000.0
-    written = boot + 1000 + (10 if daemon_json_unread else -10)
-    # (first: the server.reboot's uptime matcher would answer this fact too)
-    daemon = [
-        f"MainPID={4242 if running else 0}",
-        f"ExecMainStartTimestampMonotonic={1_000_000_000 if running else 0}",
-        "RAYRIG_UPTIME=5000.00",
-        f"RAYRIG_NOW={boot + 5000:.9f}",
-        *([f"RAYRIG_CONFIG_WRITTEN={written:.9f}"] if DAEMON_JSON in files else []),
-    ]
-    responses = {"--property ExecMainStartTimestampMonotonic docker.service": daemon, **responses}
-
-    # NVIDIA services
-    for unit, up in (("nvidia-persistenced.service", persistenced), ("nvidia-fabricmanager.service", fabricmanager)):
-        responses[f"--property SubState {unit}"] = _systemd(unit, "SubState", "running" if up else "dead")
-        responses[f"--property UnitFileState {unit}"] = _systemd(unit, "UnitFileState", "enabled" if up else "")
-
-    # The ray-node service
-    unit = f"{s['ray_container_name']}.service"
-    responses[f"--property SubState {unit}"] = _systemd(unit, "SubState", "running" if converged else "dead")
-    responses[f"--property UnitFileState {unit}"] = _systemd(unit, "UnitFileState", "enabled" if converged else "")
-    responses[f"--property NeedDaemonReload -- {unit}"] = [f"NeedDaemonReload={'yes' if unit_need_reload else 'no'}"]
-
-    # The image and the ray-node container
-    has_image = converged if image_present is None else image_present
-    responses["docker image inspect"] = [IMAGE_ID] if has_image else []
-    # A previous container left by a replacement cut short; its matcher comes before the generic one.
-    previous = ray_node.previous_name(s["ray_container_name"])
-    responses[f"docker container inspect --format '{{{{json .}}}}' {previous}"] = (
-        [container_json(previous, s["ray_image"], {ray_node.ROLE_LABEL: s["ray_role"]}, running=False)]
-        if previous_present
-        else []
-    )
-    if container_present is None:
-        container_present = converged or container_hash is not None
-    if container_present:
-        if container_hash is None:
-            run_args = expected_run_args(
-                data, node_ip, head_ip, gpus, mem_kb, nofile_hard, (monitoring or {}).get("head_monitors")
-            )
-            container_hash = ray_node.config_hash(run_args)
-        labels = {ray_node.HASH_LABEL: container_hash, ray_node.ROLE_LABEL: s["ray_role"]}
-        if s["ray_auth"] == "token":
-            labels[auth.TOKEN_LABEL] = auth.token_digest(auth.ensure_token(s))
-        responses["docker container inspect"] = [
-            container_json(s["ray_container_name"], s["ray_image"], labels, image_id=container_image_id)
-        ]
-    else:
-        responses["docker container inspect"] = []
-    return responses
 
 
 # --- Whole clusters ------------------------------------------------------------------------------

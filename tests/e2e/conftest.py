@@ -1,15 +1,19 @@
 """The lab every end-to-end scenario shares, its first deploy, and the baseline each module starts from.
 
-One lab for the whole tier: it comes up once and the first deploy runs once. A module states the
-cluster it needs with the ``baseline`` fixture: the lab's 3 hosts deployed from
-``inventories/lab.py``, every node alive. The fixture deploys only when the lab differs from that
-(a host's ray-node configuration hash or image, rayrig's firewall table, the node exporter), so any
-module passes alone on a fresh lab and the tier passes in any order.
+One lab per pytest-xdist worker: it comes up once (``lab``). A module states the cluster it needs
+with the ``baseline`` fixture: the lab's 3 hosts deployed from ``inventories/lab.py``, every node
+alive. The fixture deploys only when the lab differs from that (a host's ray-node configuration
+hash or image, rayrig's firewall table, the node exporter), so any module passes alone on a fresh
+lab and the tier passes in any order.
 
-The modules run in ``MODULE_ORDER``: longest first, so that two workers (a lab each, a module on
-one of them: scripts/run_tests.py) finish together, and monitoring off last, which saves the deploy
-that would turn it on again. ``RAYRIG_E2E_ORDER=reverse`` runs them the other way round.
-``test_lab_down`` runs last either way: it takes its lab down and checks that nothing is left.
+``test_lab_cluster`` reads the first deploy of a fresh lab (``first_deploy``: through the head's
+image mirror, the checks at its end) and so runs first in either order; a lab no worker runs it on
+gets its first deploy from ``baseline``, without the mirror or the checks, which that module
+proves once. The other modules run in ``MODULE_ORDER``: longest first, so that two workers (a
+lab each, a module on one of them: scripts/run_tests.py) finish together, and monitoring off last,
+which saves the deploy that would turn it on again. ``RAYRIG_E2E_ORDER=reverse`` runs them the
+other way round. ``test_lab_down`` runs last either way: it takes its lab down and checks that
+nothing is left.
 """
 
 from __future__ import annotations
@@ -55,14 +59,18 @@ MODULE_ORDER = (
     "test_lab_monitoring_off",  # [1.4] monitoring off: last, so that no baseline deploy turns it on again
     "test_lab_down",  # teardown leaves nothing: always last
 )
+FIRST = "test_lab_cluster"
 LAST = "test_lab_down"
 
 
 def module_rank(module: str, reverse: bool = False) -> int:
-    """Where a module runs: ``MODULE_ORDER`` (or its reverse), unlisted ones after the listed, teardown last."""
+    """Where a module runs: ``MODULE_ORDER`` (or its reverse), unlisted ones after the listed; the
+    first deploy's module first and teardown last in either order."""
     if module == LAST:
         return len(MODULE_ORDER) + 1
-    order = [m for m in MODULE_ORDER if m != LAST]
+    if module == FIRST:
+        return -1
+    order = [m for m in MODULE_ORDER if m not in (FIRST, LAST)]
     if reverse:
         order.reverse()
     return order.index(module) if module in order else len(MODULE_ORDER)
@@ -87,8 +95,11 @@ def lab():
 
 @pytest.fixture(scope="session")
 def first_deploy(lab):
-    """The first deploy, through the head's image mirror: every later scenario finds the mirror
-    running, and the deploys that leave ``image_mirror`` at its default take no notice of it."""
+    """The first deploy of a fresh lab, through the head's image mirror, the checks at its end: what
+    ``test_lab_cluster`` reads. The later scenarios on this lab find the mirror running; the deploys
+    that leave ``image_mirror`` at its default take no notice of it."""
+    deployed = lab.sh(lab.head, "command -v docker || true").strip()
+    assert not deployed, "the first deploy needs a fresh lab, and this one was deployed: run test_lab_cluster first"
     started = utc_now()
     result = deploy(LAB_INVENTORY, "--data", "image_mirror=head")
     assert result.returncode == 0, "the first deploy failed"
@@ -105,7 +116,7 @@ _BASELINE: dict[str, dict[str, str] | None] = {"signature": None}
 
 
 @pytest.fixture(scope="module")
-def baseline(lab, first_deploy) -> Lab:
+def baseline(lab) -> Lab:
     """The lab's 3 hosts deployed from ``inventories/lab.py``, every node alive: deployed only when the
     lab differs from the signature the last baseline deploy left (or none was taken yet)."""
     started = time.monotonic()

@@ -1,10 +1,10 @@
 """Bring-up, end to end, on a 3-host local lab (see conftest.py for the lab they share).
 
-The first deploy (its output: the checks, the phase timings, the image mirror), the cluster it
-makes, the firewall, token authentication, the dashboard tunnel, a refused value, a killed
-worker, shared storage through S3 and a rebooted host. The tests run in file order from the
-baseline; the module ends on the "secured" inventory (admin CIDRs, the S3 mount), which the next
-module's baseline undoes.
+The first deploy of a fresh lab (its output: the checks, the phase timings, the image mirror; the
+module runs first in either order), the cluster it makes, the firewall, token authentication, the
+dashboard tunnel, a refused value, a killed worker, shared storage through S3 and a rebooted host.
+The tests run in file order from the baseline; the module ends on the "secured" inventory (admin
+CIDRs, the S3 mount), which the next module's baseline undoes.
 """
 
 from __future__ import annotations
@@ -46,7 +46,8 @@ from tests.e2e.labkit import (
     with_token,
 )
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+# first_deploy is session-scoped: it runs before the module's baseline, on the fresh lab (conftest.py)
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.usefixtures("first_deploy")]
 
 
 def test_three_nodes_alive_with_declared_resources(lab, baseline):

@@ -57,6 +57,16 @@ def wheelhouse(tmp_path_factory) -> Path:
     return folder
 
 
+def opt_ray_layers(tag: str) -> list[tuple[str, int]]:
+    """The Ray image's layers that hold /opt/ray, bottom up: each COPY from the builder stage and its bytes."""
+    history = subprocess.run(
+        ["docker", "history", "--no-trunc", "--human=false", "--format", "{{.CreatedBy}}\t{{.Size}}", tag],
+        capture_output=True, text=True, timeout=60, check=True,
+    ).stdout.splitlines()  # fmt: skip
+    rows = [line.rsplit("\t", 1) for line in reversed(history)]
+    return [(made, int(size)) for made, size in rows if re.search(r"COPY dir:\w+ in /(opt/ray)? *$", made)]
+
+
 @pytest.fixture(scope="module")
 def images_built_here():
     remove_images(RAY_TAG, PROJECT_TAG, CONFLICT_TAG)
@@ -82,6 +92,11 @@ def test_a_requirements_change_rebuilds_the_project_layer_only(tmp_path, wheelho
     build_project_wheelhouse(wheelhouse, requirements, print)
     _, first_s = build(requirements, wheelhouse)
     ray_id, ray_layers = docker_image_inspect(RAY_TAG)["Id"], layers(RAY_TAG)
+    # /opt/ray as four layers: the rest of the venv, then its three largest packages (CPU torch, Ray
+    # and pyarrow here, each over 100 MB) on their own, so that push and pull move them side by side
+    opt_ray = opt_ray_layers(RAY_TAG)
+    assert [made.split(" in ")[-1].strip() for made, _ in opt_ray] == ["/opt/ray", "/", "/", "/"], opt_ray
+    assert all(size >= 100e6 for _, size in opt_ray), opt_ray
     first_layers = layers(PROJECT_TAG)
     assert first_layers[: len(ray_layers)] == ray_layers and len(first_layers) == len(ray_layers) + 1
 
@@ -98,7 +113,7 @@ def test_a_requirements_change_rebuilds_the_project_layer_only(tmp_path, wheelho
 
     run = subprocess.run(
         ["docker", "run", "--rm", PROJECT_TAG, "python", "-c",
-         "import ray, tabulate, termcolor; print('ray', ray.__version__)"],
+         "import ray, torch, pyarrow, tabulate, termcolor; print('ray', ray.__version__)"],
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert run.returncode == 0 and run.stdout.strip() == f"ray {RAY_VERSION}", run.stdout + run.stderr

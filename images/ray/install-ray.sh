@@ -26,7 +26,7 @@ echo "rayrig: installing $requirements"
 $pip install --no-cache-dir --disable-pip-version-check --progress-bar off $pip_source $requirements
 /opt/ray/bin/python -c 'import ray; print("rayrig: installed ray", ray.__version__)'
 
-# The largest packages (torch, ray, pyarrow: SPLIT_MB or more each, at most SPLIT_LAYERS of them)
+# The largest packages (torch, ray, pyarrow: split_mb or more each, at most split_layers of them)
 # move to /opt/ray-layers/N/ under their own path, so that the final stage copies each as a layer
 # of its own: docker push compresses layers side by side, and a pull downloads them side by side,
 # where one 1.5 GB layer is one gzip stream. Together the layers are /opt/ray exactly as installed.

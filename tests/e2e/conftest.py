@@ -1,6 +1,7 @@
 """The lab every end-to-end scenario shares, its first deploy, and the baseline each module starts from.
 
-One lab per pytest-xdist worker: it comes up once (``lab``). A module states the cluster it needs
+One lab per pytest-xdist worker: it comes up once, with fresh hosts (``lab``: a lab left over from an
+interrupted run is taken down first). A module states the cluster it needs
 with the ``baseline`` fixture: the lab's 3 hosts deployed from ``inventories/lab.py``, every node
 alive. The fixture deploys only when the lab differs from that (a host's ray-node configuration
 hash or image, rayrig's firewall table, the node exporter), so any module passes alone on a fresh
@@ -35,6 +36,7 @@ from tests.e2e.labkit import (
     Lab,
     baseline_signature,
     deploy,
+    fresh_lab,
     wait_for_alive,
 )
 
@@ -85,7 +87,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture(scope="session")
 def lab():
     started = time.monotonic()
-    state = local.up(hosts=HOSTS, name=LAB)
+    state = fresh_lab(LAB)
     print(f"lab up took {time.monotonic() - started:.1f} s")
     try:
         yield Lab(state)

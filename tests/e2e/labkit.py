@@ -25,6 +25,7 @@ import pytest
 
 from cloud import lab as local
 from cloud import ssh as remote
+from cloud.lab.engine import docker, labelled
 from deploy.contract import settings
 from deploy.contract.paths import repo_root
 from deploy.firewall import nftables
@@ -316,6 +317,33 @@ def baseline_signature(lab: Lab) -> dict[str, str] | None:
     return found
 
 
+#: What a deploy leaves on a host that a fresh lab host lacks: rayrig's directory, the Docker engine.
+DEPLOY_TRACE = "if test -e /etc/rayrig || test -e /usr/bin/docker; then echo deployed; else echo fresh; fi"
+
+
+def deployed_hosts(name: str) -> list[str]:
+    """Lab ``name``'s host containers that a deploy has touched, or that are not running (so their state is
+    unknown): a lab left over from an earlier run (its hosts restart with the Docker engine)."""
+    found = []
+    for container in labelled("container", name):
+        if not container.startswith(f"{name}-host-"):
+            continue
+        trace = docker("exec", container, "sh", "-c", DEPLOY_TRACE, check=False)
+        if trace.stdout.strip() != "fresh":  # deployed, or not running (no answer)
+            found.append(container)
+    return found
+
+
+def fresh_lab(name: str) -> dict:
+    """Lab ``name`` up with fresh hosts: a lab left over from an earlier run (an interrupted tier, a host
+    someone deployed by hand) is taken down first, so that the tier's first deploy is a first deploy."""
+    leftover = deployed_hosts(name)
+    if leftover:
+        print(f"lab {name}: {', '.join(sorted(leftover))} left over from an earlier run; taking the lab down first")
+        local.down(name)
+    return local.up(hosts=HOSTS, name=name)
+
+
 def labs_for(workers: int) -> list[str]:
     """The labs an e2e tier on ``workers`` pytest-xdist workers uses (0: no workers, one lab)."""
     return [lab_name(f"gw{n}") for n in range(workers)] if workers else [lab_name()]
@@ -328,6 +356,6 @@ if __name__ == "__main__":
     count = next((int(a) for a in sys.argv[1:] if a.isdigit()), 0)
     for name in labs_for(count):
         if action == "up":
-            local.up(hosts=HOSTS, name=name)
+            fresh_lab(name)
         else:
             local.down(name)

@@ -7,8 +7,10 @@ TORCH ?= torch==2.13.0
 PYTEST_ARGS ?=
 # Every Python package the venv gets, pinned: refreshed on purpose with `make lock`, never by hand.
 LOCK := requirements.lock
+# MkDocs's plugins print a banner about their own future on every build; the docs page on development says it.
+export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: demo test test-fast lint venv lock tools demo-tools test-tools docker lab-up lab-down clean
+.PHONY: demo test test-fast lint docs docs-serve docs-reference venv lock tools demo-tools test-tools docker lab-up lab-down clean
 
 # Debian and Ubuntu ship python3's venv apart (python3-venv): installed, or named, before it is used.
 # The lock's versions exactly (scripts/lock.py check fails on any other), rayrig editable, and TORCH.
@@ -58,6 +60,18 @@ test-fast: venv
 lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mkdocs build --strict --quiet --site-dir $$(mktemp -d)
+
+# The docs site (mkdocs.yml, docs/): built into site/, strictly (a broken link or a warning fails),
+# or served on http://127.0.0.1:8000 while you edit. docs-reference writes the pages generated from the code.
+docs: venv
+	$(VENV)/bin/mkdocs build --strict
+
+docs-serve: venv
+	$(VENV)/bin/mkdocs serve
+
+docs-reference: venv
+	$(PY) scripts/docs_reference.py
 
 lab-up: venv docker
 	$(PY) -m rayrig lab up

@@ -30,10 +30,18 @@ its inventory data's ``ssh_hostname``, ``ssh_user``, ``ssh_port``, ``ssh_key``,
 ``ssh_config_file`` (``-F``: where a bastion's ProxyJump lives, as
 ``rayrig cloud up`` writes it for EC2 clusters behind one). :func:`ssh_options`
 turns any host's data into those options.
+
+The tunnel counts as open only once ssh itself says it listens on every forward's local port
+(``-v``: ``Local forwarding listening on 127.0.0.1 port P.``, which OpenSSH prints once its ``bind``
+and ``listen`` succeeded), not once something answers there: OpenSSH binds its forwards only after it
+authenticated, and another local user who binds the port first would otherwise receive the token
+``rayrig submit`` sends. With ``ExitOnForwardFailure=yes`` an ssh whose port was taken exits, naming it.
 """
 
 from __future__ import annotations
 
+import os
+import re
 import shlex
 import signal
 import socket
@@ -140,9 +148,9 @@ def _forward_options(forwards: tuple[Forward, ...]) -> list[str]:
 
 
 def ssh_command(plan: TunnelPlan, local_port: int) -> list[str]:
-    """The ``ssh -N -L`` command line of the tunnel: the dashboard, then Prometheus and Grafana where they
-    are forwarded too (it holds no secret)."""
-    args = ["ssh", "-N", "-o", "ExitOnForwardFailure=yes", "-o", "ServerAliveInterval=30"]
+    """The ``ssh -v -N -L`` command line of the tunnel: the dashboard, then Prometheus and Grafana where they
+    are forwarded too (it holds no secret). ``-v``: ssh says when each forward listens (:func:`open_tunnel`)."""
+    args = ["ssh", "-v", "-N", "-o", "ExitOnForwardFailure=yes", "-o", "ServerAliveInterval=30"]
     args += ["-L", f"127.0.0.1:{local_port}:{plan.remote_host}:{plan.remote_port}"]
     return [*args, *_forward_options(plan.forwards), *plan.ssh]
 
@@ -152,6 +160,15 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
+
+
+#: What OpenSSH's ``-v`` prints once a local forward's socket listens (channels.c), a whole line.
+SSH_LISTENING = re.compile(r"debug1: Local forwarding listening on 127\.0\.0\.1 port (\d+)\.")
+
+
+def ssh_listens_on(messages: str) -> set[int]:
+    """The local ports ssh said it listens on, in its ``-v`` messages."""
+    return {int(m[1]) for line in messages.splitlines() if (m := SSH_LISTENING.fullmatch(line.strip()))}
 
 
 def _listening(port: int) -> bool:
@@ -172,8 +189,8 @@ class Tunnel:
 
     def messages(self) -> str:
         """What ssh said on its standard error so far."""
-        self._messages.seek(0)
-        return self._messages.read().strip()
+        fd = self._messages.fileno()  # ssh writes at the offset it shares with this file: pread leaves it be
+        return os.pread(fd, os.fstat(fd).st_size, 0).decode(errors="replace").strip()
 
     def failure(self, wait_s: float = 0) -> str:
         """Why the tunnel is gone, in ssh's words, and what to try; empty while it runs.
@@ -186,6 +203,7 @@ class Tunnel:
         except subprocess.TimeoutExpired:
             return ""
         said = [line.strip() for line in self.messages().splitlines() if line.strip()]
+        said = [line for line in said if not line.startswith("debug")]  # -v's progress, not ssh's reason
         detail = said[-1] if said else "(ssh said nothing)"  # ssh's reason comes last, after any warnings
         return (
             f"ssh to {self.plan.destination} exited with status {self.process.returncode}: {detail}. "
@@ -211,7 +229,8 @@ class Tunnel:
 
 
 def open_tunnel(plan: TunnelPlan, local_port: int, wait_s: float = 30) -> Tunnel:
-    """Start the tunnel and return once the local port answers (or raise with ssh's words)."""
+    """Start the tunnel and return once ssh says it listens on every local port of it (or raise with ssh's
+    words): a port someone else bound first is never taken for the tunnel."""
     if _listening(local_port):
         raise DashboardError(f"127.0.0.1:{local_port} is already in use here: choose another with --local-port")
     for forward in plan.forwards:
@@ -220,15 +239,16 @@ def open_tunnel(plan: TunnelPlan, local_port: int, wait_s: float = 30) -> Tunnel
             raise DashboardError(
                 f"127.0.0.1:{forward.local_port} ({forward.name}) is already in use here: choose another with {option}"
             )
-    messages = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 (the Tunnel closes it)
-    process = subprocess.Popen(ssh_command(plan, local_port), stdin=subprocess.DEVNULL, stderr=messages, text=True)
+    messages = tempfile.TemporaryFile()  # noqa: SIM115 (the Tunnel closes it)
+    process = subprocess.Popen(ssh_command(plan, local_port), stdin=subprocess.DEVNULL, stderr=messages)
     tunnel = Tunnel(plan, local_port, process, messages)
+    ports = {local_port, *(forward.local_port for forward in plan.forwards)}
     deadline = time.monotonic() + wait_s
     try:
         while time.monotonic() < deadline:
             if process.poll() is not None:
                 raise DashboardError(tunnel.failure())
-            if _listening(local_port):
+            if ports <= ssh_listens_on(tunnel.messages()):
                 return tunnel
             time.sleep(0.2)
         raise DashboardError(f"the tunnel to {plan.destination} did not open within {wait_s:.0f} s")

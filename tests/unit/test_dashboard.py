@@ -39,7 +39,7 @@ def state(tmp_path, monkeypatch):
 def test_the_tunnel_goes_to_the_heads_loopback_dashboard_with_the_inventorys_ssh_settings():
     plan = plan_of([WORKER, HEAD])
     assert dashboard.ssh_command(plan, 18265) == [
-        "ssh", "-N", "-o", "ExitOnForwardFailure=yes", "-o", "ServerAliveInterval=30",
+        "ssh", "-v", "-N", "-o", "ExitOnForwardFailure=yes", "-o", "ServerAliveInterval=30",
         "-L", "127.0.0.1:18265:127.0.0.1:8265",
         "-L", "127.0.0.1:9090:127.0.0.1:9090", "-L", "127.0.0.1:3000:127.0.0.1:3000",  # Prometheus, Grafana
         "-i", "/keys/id", "-o", "IdentitiesOnly=yes",
@@ -303,8 +303,8 @@ def test_the_tunnel_of_rayrig_submit_is_the_dashboards_alone():
     assert dashboard.ssh_command(plan, 8265).count("-L") == 1
 
 
-#: An ssh that does what ``ssh -N -L`` does here: it listens on every forward's local port, notes its
-#: pid, and runs until it is stopped.
+#: An ssh that does what ``ssh -v -N -L`` does here: it listens on every forward's local port, says so as
+#: OpenSSH does, notes its pid, and runs until it is stopped.
 LISTENING_SSH = """#!/usr/bin/env python3
 import os, socket, sys, time
 args = sys.argv[1:]
@@ -317,6 +317,7 @@ for i, arg in enumerate(args):
         s.bind((host, int(port)))
         s.listen()
         sockets.append(s)
+        print(f"debug1: Local forwarding listening on {host} port {port}.", file=sys.stderr, flush=True)
 with open(os.environ["FAKE_SSH_PID"], "w") as f:
     f.write(str(os.getpid()))
 while True:

@@ -9,12 +9,14 @@ port (fixtures/submit/fake_ssh.py), so the whole command runs as a user runs it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import itertools
 import json
 import os
 import re
 import signal
+import socket
 import sys
 import threading
 import time
@@ -326,7 +328,8 @@ def test_submit_streams_the_logs_and_exits_0_for_a_job_that_succeeded(server, to
     assert server.submitted[0]["entrypoint"] == "python job.py --epochs 3"
     assert server.submitted[0]["runtime_env"]["working_dir"].startswith("gcs://_ray_pkg_")
     ssh = json.loads(fake_ssh.read_text())
-    assert ssh["argv"][-2:] == ["--", "192.0.2.10"] and f"127.0.0.1:{server.port}" in ssh["argv"][6]
+    forward = ssh["argv"][ssh["argv"].index("-L") + 1]
+    assert ssh["argv"][-2:] == ["--", "192.0.2.10"] and forward.endswith(f":127.0.0.1:{server.port}")
     assert token not in json.dumps(ssh) + out + err  # not on ssh's command line, in its environment, or printed
     assert tunnel_closed(fake_ssh)
 
@@ -386,6 +389,55 @@ def test_ssh_that_fails_is_exit_1_with_ssh_s_words_before_anything_is_submitted(
     assert main(["submit", str(inventory), "--", "python", "job.py"]) == 1
     err = capsys.readouterr().err
     assert "rayrig submit: ssh to ubuntu@192.0.2.10 exited with status 255: ssh: connect to host" in err
+    assert not server.requests
+
+
+def test_a_port_bound_by_someone_else_while_ssh_authenticates_gets_no_byte_of_the_token(
+    server, token, inventory, fake_ssh, tmp_path, monkeypatch, capsys
+):
+    """Another local user binds the tunnel's port after rayrig found it free and before ssh, still
+    authenticating, binds it: ssh cannot listen and says so, and nothing reaches the squatter."""
+    bound = tmp_path / "squatter-bound"
+    monkeypatch.setenv("FAKE_SSH_SLOW_AUTH", str(bound))
+    received: list[bytes] = []  # one entry per connection the squatter accepted: what it read
+    done = threading.Event()
+
+    def squat() -> None:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:  # the port rayrig chose, read off ssh's command line once it runs
+            try:
+                argv = json.loads(fake_ssh.read_text())["argv"]
+                break
+            except (OSError, ValueError):
+                time.sleep(0.02)
+        port = int(argv[argv.index("-L") + 1].split(":")[1])
+        with socket.create_server(("127.0.0.1", port)) as squatter:
+            squatter.settimeout(0.1)
+            bound.touch()
+            while not done.is_set():
+                try:
+                    connection, _ = squatter.accept()
+                except TimeoutError:
+                    continue
+                with connection:
+                    connection.settimeout(2)
+                    data = b""
+                    with contextlib.suppress(OSError):
+                        while chunk := connection.recv(65536):
+                            data += chunk
+                    received.append(data)
+
+    thread = threading.Thread(target=squat, daemon=True)
+    thread.start()
+    try:
+        assert main(["submit", str(inventory), "--", "python", "job.py"]) == 1
+    finally:
+        done.set()
+        thread.join(timeout=30)
+    err = capsys.readouterr().err
+    assert bound.exists()  # the squatter held the port while ssh tried
+    assert "exited with status 255: Could not request local forwarding." in err
+    assert received == []  # not a connection, so not a byte of the token either
     assert not server.requests
 
 

@@ -113,14 +113,24 @@ class DockerImageId(FactBase):
         return ids[0] if ids else None
 
 
+#: The fields of ``docker container inspect`` that :class:`ContainerState` reads, and no other: the whole
+#: document holds the container's environment (``ray_env_secret``'s values), which pyinfra prints with
+#: ``-vvv`` as a fact's output.
+CONTAINER_STATE_FORMAT = (
+    '{"Id":{{json .Id}},"Image":{{json .Image}},'
+    '"State":{"Running":{{json .State.Running}},"Restarting":{{json .State.Restarting}}},'
+    '"Config":{"Image":{{json .Config.Image}},"Labels":{{json .Config.Labels}}}}'
+)
+
+
 class ContainerState(FactBase):
     """A container's id, image (as named, and the id it was created from), running state and labels,
-    or None when absent."""
+    or None when absent. It asks Docker for those fields alone (:data:`CONTAINER_STATE_FORMAT`)."""
 
     def command(self, container: str) -> str:
         return (
             "command -v docker >/dev/null 2>&1 && "
-            f"docker container inspect --format '{{{{json .}}}}' {quote(container)} 2>/dev/null || true"
+            f"docker container inspect --format {quote(CONTAINER_STATE_FORMAT)} {quote(container)} 2>/dev/null || true"
         )
 
     def process(self, output: list[str]) -> dict[str, Any] | None:

@@ -10,7 +10,7 @@ LOCK := requirements.lock
 # MkDocs's plugins print a banner about their own future on every build; the docs page on development says it.
 export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: demo test test-fast lint docs docs-serve docs-reference venv lock tools demo-tools test-tools docker lab-up lab-down clean
+.PHONY: demo test test-fast lint docs docs-serve docs-reference docs-pictures venv lock tools demo-tools test-tools docker lab-up lab-down clean
 
 # Debian and Ubuntu ship python3's venv apart (python3-venv): installed, or named, before it is used.
 # The lock's versions exactly (scripts/lock.py check fails on any other), rayrig editable, and TORCH.
@@ -72,6 +72,11 @@ docs-serve: venv
 
 docs-reference: venv
 	$(PY) scripts/docs_reference.py
+
+# The site's pictures (docs/images/) from the local lab: up, deploy with the checks, screenshots, down.
+# INVENTORY=inventories/prod.py: from a running cluster instead (its checks, its dashboards; Grafana's too).
+docs-pictures: venv
+	scripts/docs-pictures.sh $(INVENTORY)
 
 lab-up: venv docker
 	$(PY) -m rayrig lab up

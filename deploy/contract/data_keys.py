@@ -1,5 +1,6 @@
 r"""Every data key rayrig knows, as JSON Schema: its type, its pattern and, in ``x-expected``,
-what an error message says is expected. ``inventories/group_data/all.py`` gives each its default.
+what an error message says is expected; in ``description`` (from :mod:`deploy.contract.descriptions`), what
+it means. ``inventories/group_data/all.py`` gives each its default.
 
 The rules that span keys or hosts, and the validation itself, are in :mod:`deploy.contract.schema`.
 Every pattern ends with ``\Z``: Python's ``$`` would accept a trailing newline.
@@ -8,6 +9,8 @@ Every pattern ends with ``\Z``: Python's ``$`` would accept a trailing newline.
 from __future__ import annotations
 
 from typing import Any
+
+from deploy.contract.descriptions import DESCRIPTIONS, MONITORING_PORTS, RAY_PORTS
 
 _COUNT = {
     "oneOf": [{"type": "integer", "minimum": 0}, {"const": "auto"}],
@@ -450,3 +453,15 @@ PROPERTIES.update(
         },
     }
 )
+
+
+def _described(spec: dict[str, Any], text: str) -> dict[str, Any]:
+    """``spec`` with its ``description``: a copy, since several keys share one spec (``_COUNT``, ``_PORT`` ...)."""
+    return {**spec, "description": text}
+
+
+# Every key's description (deploy/contract/descriptions.py), and each port's: what the reference pages say.
+for _key, _spec in PROPERTIES.items():
+    PROPERTIES[_key] = _described(_spec, DESCRIPTIONS[_key])
+for _key, _ports in (("ray_ports", RAY_PORTS), ("monitoring_ports", MONITORING_PORTS)):
+    PROPERTIES[_key]["properties"] = {n: _described(s, _ports[n]) for n, s in PROPERTIES[_key]["properties"].items()}

@@ -15,11 +15,6 @@ ray_resources = {}  # custom resources, name -> whole amount, e.g. {"nvme": 1}; 
 ray_object_store_bytes = None  # object store size in bytes; None lets Ray size it (30% of memory)
 ray_node_ip = None  # address this node advertises and other nodes dial; None: the inventory address
 ray_version = "2.60.0"  # the Ray version every container must run (checked against the image)
-ray_image = f"rayproject/ray:{ray_version}-py311-gpu"  # image of the ray-node container; pin a tag or a digest
-ray_image_pull = "missing"  # "missing": pull when the image is absent; "always": pull on every deploy
-ray_image_pull_timeout_s = 3600  # seconds the background pull of ray_image may take before the deploy fails the host
-image_mirror = "off"  # "head": the head mirrors ray_image (one pull from upstream per cluster), the hosts pull from it
-image_mirror_port = 5000  # TCP port of the head's image mirror (plain HTTP, open to the cluster's members only)
 ray_container_name = "ray-node"  # the container running Ray, supervised by the systemd unit of the same name
 ray_shm_size = "auto"  # --shm-size of the ray-node container, e.g. "16g"; "auto": 30% of host memory
 ray_ulimit_nofile = 65536  # open-files limit in ray-node (Ray's advice); capped at the host's hard limit
@@ -54,6 +49,15 @@ ray_efa_device_rdma = False  # with ray_efa: FI_EFA_USE_DEVICE_RDMA=1 (p4d, p5: 
 ray_cluster_name = "cluster"  # names the cluster: its token in the state directory, its check reports
 ray_auth = "token"  # "token": Ray token authentication (one token per cluster); "none": no authentication
 ray_auth_token_file = None  # the operator's copy of the token; None: .rayrig/clusters/<ray_cluster_name>/ray_auth_token
+
+# --- Ray image ---------------------------------------------------------------
+ray_image = f"rayproject/ray:{ray_version}-py311-gpu"  # image of the ray-node container; pin a tag or a digest
+ray_image_pull = "missing"  # "missing": pull when the image is absent; "always": pull on every deploy
+ray_image_pull_timeout_s = 3600  # seconds the background pull of ray_image may take before the deploy fails the host
+image_mirror = "off"  # "head": the head mirrors ray_image (one pull from upstream per cluster), the hosts pull from it
+image_mirror_port = 5000  # TCP port of the head's image mirror (plain HTTP, open to the cluster's members only)
+
+# --- Ray TLS -----------------------------------------------------------------
 # Ray TLS between nodes: one CA per cluster (0600 key beside the token, never leaves this machine), a key and
 # certificate per node mounted read-only into ray-node; covers Ray's gRPC, not the dashboard's or metrics' HTTP.
 ray_tls = "off"  # "on": mutual TLS on every Ray gRPC channel (GCS, raylets, objects, workers, Ray Client); "off": none

@@ -534,9 +534,11 @@ def run_instances_params(build: Build, group: GroupSpec, slot: int, token: str) 
 
 
 def wait_running(build: Build) -> list[dict[str, Any]]:
-    """Wait until every live instance of the cluster runs; return them described."""
+    """Wait until every live instance of the cluster runs (not those that only carry its tags); return them
+    described."""
     live = [*created_filters(build.spec.name), {"Name": "instance-state-name", "Values": LIVE_STATES}]
+    strangers = {i["InstanceId"] for i in build.existing.strangers}
     with aws_step("listing the cluster's instances", build.spec.region):
-        ids = [i["InstanceId"] for i in instances_matching(build.aws, live)]
+        ids = [i["InstanceId"] for i in instances_matching(build.aws, live) if i["InstanceId"] not in strangers]
     build.say(f"  waiting for {len(ids)} instance(s) to run")
     return wait_instances(build.aws, ids, "running", build.timeout_s, fail_states=("shutting-down", "terminated"))

@@ -38,7 +38,7 @@ from cloud.ec2.plan import discover, make_plan, plan_summary
 from cloud.ec2.pricing import PriceBook
 from cloud.ec2.rules import ray_ports
 from cloud.ec2.spec import ClusterSpec
-from cloud.ec2.state import cluster_lock, load_state, save_state, state_path
+from cloud.ec2.state import cluster_lock, load_state, save_state, state_path, stranger_line
 from cloud.ec2.teardown import delete_resources
 from cloud.ec2.waits import WAIT_TIMEOUT_S, SshProbe, wait_for_ssh
 from cloud.ssh import ssh_answers
@@ -90,6 +90,8 @@ def up(
                 f"take it down there first ('rayrig cloud down {spec.name}'), or name this cluster otherwise"
             )
         existing = discover(aws, spec)
+        for stranger in existing.strangers:
+            say(stranger_line(spec.name, stranger))
         now = utc_now()
         expires_at = existing.expires_at or now + spec.ttl
         created_at = existing.created_at or now

@@ -43,7 +43,7 @@ from cloud.ec2.aws import (
     utc_now,
 )
 from cloud.ec2.spec import MAX_TTL, parse_ttl
-from cloud.ec2.state import cluster_lock, load_state
+from cloud.ec2.state import cluster_lock, load_state, split_recorded, stranger_line
 
 #: Where the timer's script is installed on an instance.
 CHECK_PATH = "/usr/local/sbin/rayrig-expiry-check"
@@ -163,6 +163,10 @@ def _extend(name: str, duration: dt.timedelta, region: str | None, *, aws: Aws |
     if aws is None:
         aws = connect(region or load_state(name).get("region"))
     found = _tagged(aws, name)
+    members, strangers = split_recorded(load_state(name), aws.region, [i for _, i in found["instances"]])
+    for stranger in strangers:
+        say(stranger_line(name, stranger))
+    found["instances"] = [(i["InstanceId"], i) for i in members]
     if not any(found.values()):
         raise CloudError(
             f"no cluster {name} in {aws.region}: nothing there carries the tag {TAG_CLUSTER}={name} "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -23,7 +24,15 @@ from cloud.ec2.aws import (
     tags_of,
 )
 from cloud.ec2.spec import ClusterSpec, load_spec
-from cloud.ec2.state import current_cluster, load_state, private_state_dir, state_path, write_private
+from cloud.ec2.state import (
+    current_cluster,
+    load_state,
+    private_state_dir,
+    split_recorded,
+    state_path,
+    stranger_line,
+    write_private,
+)
 
 HostList = list[tuple[str, dict[str, Any]]]
 
@@ -73,7 +82,9 @@ def cluster_hosts(name: str | None = None, region: str | None = None) -> tuple[H
     aws = connect(region)
     running = [*created_filters(name), {"Name": "instance-state-name", "Values": ["running"]}]
     with aws_step(f"listing the instances of cluster {name}", aws.region):
-        instances = instances_matching(aws, running)
+        instances, strangers = split_recorded(state, aws.region, instances_matching(aws, running))
+    for stranger in strangers:
+        print(f"inventories/ec2.py: {stranger_line(name, stranger)}", file=sys.stderr)
     if not instances:
         raise CloudError(f"cluster {name} has no running instances in {aws.region} ('rayrig cloud ls' lists clusters)")
 

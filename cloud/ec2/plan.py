@@ -38,6 +38,7 @@ from cloud.ec2.failover import choices_text
 from cloud.ec2.pricing import Rate, offline_rate, sources_text, usd
 from cloud.ec2.rules import ports_text
 from cloud.ec2.spec import ClusterSpec, GroupSpec
+from cloud.ec2.state import load_state, split_recorded
 
 
 @dataclass
@@ -52,6 +53,7 @@ class Existing:
     key_pair: dict[str, Any] | None = None
     placement_group: dict[str, Any] | None = None
     instances: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    strangers: list[dict[str, Any]] = field(default_factory=list)  # tagged, not recorded here: not the cluster's
     expires_at: dt.datetime | None = None
     created_at: dt.datetime | None = None
     iam: iam.IamFound = field(default_factory=iam.IamFound)  # the instance profile
@@ -86,7 +88,9 @@ def discover(aws: Aws, spec: ClusterSpec) -> Existing:
             stamps += [tags_of(r) for r in network if r]
         _discover_access(aws, spec, found)
         live = [*created_filters(spec.name), {"Name": "instance-state-name", "Values": LIVE_STATES}]
-        for instance in instances_matching(aws, live):
+        members, strangers = split_recorded(load_state(spec.name), spec.region, instances_matching(aws, live))
+        found.strangers = list(strangers)
+        for instance in members:
             tags = tags_of(instance)
             found.instances.setdefault(tags.get(TAG_GROUP, "?"), []).append(instance)
             stamps.append(tags)

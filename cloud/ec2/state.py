@@ -123,6 +123,37 @@ def _placement(instance: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def recorded_instances(state: Mapping[str, Any], region: str) -> set[str] | None:
+    """The IDs of the instances ``rayrig cloud up`` launched for the cluster in ``region`` and recorded in
+    ``state``; None when this machine has no record of the cluster there."""
+    if "instances" not in state or state.get("region", region) != region:
+        return None
+    return {i["id"] for i in state["instances"] if i.get("id")}
+
+
+def split_recorded(
+    state: Mapping[str, Any], region: str, instances: Iterable[Mapping[str, Any]]
+) -> tuple[list[Mapping[str, Any]], list[Mapping[str, Any]]]:
+    """``(members, strangers)``: the described ``instances`` (found by the cluster's tags) that ``state``
+    records, and those it does not. Tags alone make no member: whoever may tag instances in the account
+    could otherwise add one to the cluster (and hand it the token) or get theirs terminated by ``down``.
+    Without a record of the cluster in ``region`` here, every tagged instance is a member (another machine
+    brought the cluster up)."""
+    recorded = recorded_instances(state, region)
+    if recorded is None:
+        return list(instances), []
+    members = [i for i in instances if i["InstanceId"] in recorded]
+    return members, [i for i in instances if i["InstanceId"] not in recorded]
+
+
+def stranger_line(name: str, instance: Mapping[str, Any]) -> str:
+    """What rayrig says of an instance that carries cluster ``name``'s tags without being recorded."""
+    return (
+        f"instance {instance['InstanceId']} carries the tags of cluster {name}, but {state_path(name)} does not "
+        f"record it (rayrig cloud up records every instance it launches): not a member, left alone"
+    )
+
+
 def state_path(name: str) -> Path:
     """Where the state of cluster ``name`` is kept."""
     return ec2_state_dir() / f"{name}.json"

@@ -40,7 +40,15 @@ from cloud.ec2.aws import (
     utc_now,
 )
 from cloud.ec2.pricing import Cost, PriceBook, Running, cost_of, running_of, sources_text, span, usd
-from cloud.ec2.state import cluster_lock, forget_state, load_state, private_state_dir, state_path
+from cloud.ec2.state import (
+    cluster_lock,
+    forget_state,
+    load_state,
+    private_state_dir,
+    split_recorded,
+    state_path,
+    stranger_line,
+)
 from cloud.ec2.waits import WAIT_TIMEOUT_S, delete_when_free, wait_instances
 
 
@@ -71,14 +79,19 @@ class Resources:
         return bool(self.items())
 
 
-def find_created(aws: Aws, name: str) -> Resources:
-    """What rayrig created for cluster ``name`` (tags ``rayrig:cluster=name`` and ``rayrig:created=true``)."""
+def find_created(aws: Aws, name: str, strangers: list[str] | None = None) -> Resources:
+    """What rayrig created for cluster ``name`` (tags ``rayrig:cluster=name`` and ``rayrig:created=true``): of
+    the instances, those this machine recorded when it has a record of the cluster; the others are named in
+    ``strangers`` (when given) and left out."""
     ec2 = aws.ec2
     filters = created_filters(name)
     res = Resources()
     with aws_step(f"listing the resources of cluster {name}", aws.region):
         live = [*filters, {"Name": "instance-state-name", "Values": LIVE_STATES}]
-        res.instances = [i["InstanceId"] for i in instances_matching(aws, live)]
+        members, others = split_recorded(load_state(name), aws.region, instances_matching(aws, live))
+        res.instances = [i["InstanceId"] for i in members]
+        if strangers is not None:
+            strangers += [stranger_line(name, i) for i in others]
         pgs = ec2.describe_placement_groups(Filters=filters).get("PlacementGroups", [])
         res.placement_groups = [p["GroupName"] for p in pgs if p.get("State") not in ("deleted", "deleting")]
         res.security_groups = [
@@ -200,7 +213,10 @@ def down(name: str, region: str | None = None, *, aws: Aws | None = None, assume
         if aws is None:
             aws = connect(region or recorded)
         elsewhere = recorded is not None and recorded != aws.region
-        res = find_created(aws, name)
+        strangers: list[str] = []
+        res = find_created(aws, name, strangers)
+        for line in strangers:
+            say(line)
         if elsewhere and not res and not tagged_leftovers(aws, name):
             raise CloudError(
                 f"nothing of cluster {name} is in {aws.region}, and {state_path(name)} records it in {recorded}: "

@@ -19,7 +19,7 @@ from cloud.ec2.aws import tags_of
 from cloud.ec2.spec import load_spec
 from cloud.ec2.state import forget_state
 from deploy.contract.schema import validate_cluster
-from tests.cloud.conftest import UBUNTU_AMI, base_spec, raw_client
+from tests.cloud.conftest import UBUNTU_AMI, base_spec, raw_client, run_cli
 
 pytestmark = pytest.mark.cloud
 
@@ -118,6 +118,44 @@ def test_ssh_user_comes_from_the_ami_when_the_tag_is_missing(
     forget_state("sprint42")  # no spec to read either: only the instances and their AMI tell
     heads, workers = ec2.cluster_hosts("sprint42", "us-east-1")
     assert {data["ssh_user"] for _, data in heads + workers} == {"ubuntu"}
+
+
+def test_an_instance_tagged_into_the_cluster_by_hand_is_no_member_and_down_leaves_it(
+    write_spec: Callable[..., Path], no_ssh: Any, aws: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Tags alone make no member: whoever may tag instances could otherwise add one (and be handed the
+    token) or get theirs terminated. The inventory, a second ``up`` and ``down`` name it and leave it."""
+    result = up(write_spec(), no_ssh)
+    client = raw_client("ec2", aws)
+    worker = next(i for i in result.instances if tags_of(i)["rayrig:role"] == "worker")
+    stranger = client.run_instances(
+        ImageId=worker["ImageId"], InstanceType="m5.large", MinCount=1, MaxCount=1, SubnetId=worker["SubnetId"],
+        TagSpecifications=[{"ResourceType": "instance", "Tags": [
+            {"Key": k, "Value": v} for k, v in tags_of(worker).items()  # every tag a member of the cluster has
+        ]}],
+    )["Instances"][0]["InstanceId"]  # fmt: skip
+    said = f"instance {stranger} carries the tags of cluster sprint42, but "
+    capsys.readouterr()
+
+    loaded = pyinfra_inventory()
+    assert loaded.returncode == 0, loaded.stderr
+    hosts = json.loads(loaded.stdout)
+    assert len(hosts) == 3 and {h["name"] for h in hosts} == {i["PublicIpAddress"] for i in result.instances}
+    assert said in loaded.stderr and "not a member, left alone" in loaded.stderr
+
+    again = up(write_spec(), no_ssh)  # a second up neither adopts it nor records it
+    assert stranger not in {i["InstanceId"] for i in again.instances}
+    assert said in capsys.readouterr().out
+
+    assert run_cli("cloud", "down", "sprint42", "--yes") == 1  # something still carries the cluster's tag
+    out = capsys.readouterr().out
+    assert said in out and f"instance {stranger} (running)" in out and "Still tagged rayrig:cluster=sprint42" in out
+    states = {
+        i["InstanceId"]: i["State"]["Name"]
+        for r in client.describe_instances()["Reservations"] for i in r["Instances"]
+    }  # fmt: skip
+    assert states[stranger] == "running"
+    assert {states[i["InstanceId"]] for i in result.instances} == {"terminated"}
 
 
 @pytest.mark.parametrize(

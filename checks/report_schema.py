@@ -26,7 +26,9 @@ _REASON = {
         "message": _field("The finding in words, naming the host, device or mount.", "string"),
         "host": _field("The host it concerns, when one.", ["string", "null"]),
         "device": _field("The device it concerns (`cuda:N`, `cpu`), when one.", ["string", "null"]),
-        "flag": _field("A short tag of the finding (`slow`, `outlier` ...), when one.", ["string", "null"]),
+        "flag": _field(
+            "The device table's flag (`SLOW`, `LOW-TFLOPS`, `THROTTLED` ...), when one.", ["string", "null"]
+        ),
         "source": _field(
             "Where its threshold comes from (a datasheet, the peers' median ...), when one.", ["string", "null"]
         ),
@@ -190,7 +192,7 @@ SCHEMA: dict[str, Any] = {
             required=["status", "reasons"],
             properties={
                 "status": {"enum": ["PASS", "WARN", "FAIL"], "description": "The worst of the reasons' levels."},
-                "slow_hosts": _field("Hosts found slower than their peers or their datasheet.", "array"),
+                "slow_hosts": _field("Hosts with a device flagged `SLOW`: below its peers' median.", "array"),
                 "reasons": _field("Every finding.", "array", items=_REASON),
                 "thresholds": _field("The fractions judged by (`checks_*_fraction`).", "object"),
             },

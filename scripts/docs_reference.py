@@ -480,6 +480,8 @@ def report_page(schema: Mapping[str, Any] = REPORT_SCHEMA) -> str:
     out = [GENERATED.format(sources="checks/report_schema.py"), "", "# Checks report", "",
            schema["description"], "", "| Field | Type | Meaning |", "|---|---|---|"]  # fmt: skip
     out += [f"| `{path}` | {_cell(kind)} | {_cell(text)} |" for path, kind, text in _fields(schema, "")]
+    out += ["", '??? note "The JSON Schema (`checks.report_schema.SCHEMA`)"', "", "    ```json"]
+    out += [f"    {line}" for line in json.dumps(schema, indent=2, ensure_ascii=False).splitlines()] + ["    ```"]
     return "\n".join(out) + "\n"
 
 

@@ -90,7 +90,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     build = sub.add_parser("build", help="build the Ray image (docker build)")
     build.add_argument("--base", default=DEFAULT_GPU_BASE, help="base image (default: %(default)s)")
-    build.add_argument("--ray-version", default=RAY_VERSION, help="default: %(default)s")
+    build.add_argument("--ray-version", default=RAY_VERSION, help="Ray version to install (default: %(default)s)")
     build.add_argument(
         "--tag",
         help="image tag (default: rayrig/ray:RAY_VERSION; with --requirements the project image's, "
@@ -114,7 +114,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     wheels = sub.add_parser("wheelhouse", help="download the image's wheels for an offline build")
     wheels.add_argument("dir", type=Path, help="folder to fill with wheels")
-    wheels.add_argument("--ray-version", default=RAY_VERSION, help="default: %(default)s")
+    wheels.add_argument("--ray-version", default=RAY_VERSION, help="Ray version to download (default: %(default)s)")
     wheels.add_argument(
         "--torch", default=DEFAULT_TORCH_REQUIREMENT,
         help="torch requirement, empty for none (default: %(default)s)",

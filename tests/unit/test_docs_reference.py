@@ -5,6 +5,7 @@ documented defaults are the ones ``load_spec`` applies."""
 
 from __future__ import annotations
 
+import argparse
 import ast
 import copy
 import importlib.util
@@ -125,6 +126,10 @@ def test_every_command_has_its_section_with_a_description() -> None:
         text = section(page, f"{level} `{command.prog}`")
         assert text.strip().split("\n\n")[0], command.prog
         assert f"usage: {command.prog}" in text
+        for action in command._actions:  # every argument says what it is, not only its default
+            if isinstance(action, argparse._SubParsersAction):
+                continue
+            assert action.help and not action.help.startswith("default"), f"{command.prog} {action.dest}"
     assert "### `rayrig cloud up`" in page and "### `rayrig status`" in page
 
 

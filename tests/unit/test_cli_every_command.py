@@ -65,8 +65,8 @@ RUNTIME = {
 }
 #: Commands not run with valid arguments here, and why (their failures are tested where they run).
 SKIPPED_AT_RUN_TIME = {
-    "rayrig lab up": "builds the lab's images and containers (minutes); the e2e tier runs it",
-    "rayrig demo": "brings up the lab and deploys to it; the e2e tier runs it",
+    "rayrig lab up": "builds the lab's images and containers (minutes); the e2e tier calls what it runs, cloud.lab.up",
+    "rayrig demo": "brings up the lab and deploys to it (minutes); the e2e tier runs its parts, not the command",
     "rayrig image wheelhouse": "downloads Ray's and torch's wheels (GBs)",
     "rayrig cloud up": "creates EC2 resources; the cloud tier runs it against moto",
     "rayrig deploy": "runs pyinfra against an inventory's hosts; the plan tier runs it on @fake hosts",

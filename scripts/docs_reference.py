@@ -266,7 +266,9 @@ def settings_page(properties: Mapping[str, Mapping[str, Any]] | None = None,
         "Every setting rayrig reads from the inventory, with its default. Set one on a host (its entry in the "
         "inventory file) or in your own group data; unset, the default of `inventories/group_data/all.py` "
         "applies, wherever the inventory lives. The deploy's first step (`validate_once`) checks every host's "
-        "settings against this schema, and the rules that span keys and hosts, before any host is touched.",
+        "settings against this schema, and the rules that span keys and hosts, before any host is touched. "
+        "*Read by* names the steps of `deploy/cluster.py` whose code reads a setting (found in that code, "
+        "the checks' included), *Read in* the files where it is read.",
         "",
         "```python",
     ]

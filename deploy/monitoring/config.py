@@ -65,6 +65,8 @@ GRAFANA_UID = 472
 #: Ray's service-discovery file, as the head's ray-node (and Prometheus's mount) sees it.
 RAY_SD_FILE = "/tmp/ray/prom_metrics_service_discovery.json"
 RAY_TMP = "/tmp/ray"
+#: Prometheus's ``--web.cors.origin`` (a regex it anchors): no browser sends an empty Origin, so no page matches.
+NO_WEB_ORIGIN = "^$"
 #: Ray 2.60's defaults for the head's own metrics (DASHBOARD_METRIC_PORT, AUTOSCALER_METRIC_PORT),
 #: used when ``ray_ports`` does not name them.
 RAY_HEAD_METRICS = {"dashboard_metrics": 44227, "autoscaler_metrics": 44217}
@@ -232,7 +234,10 @@ def prometheus_args(settings: Mapping[str, Any]) -> list[str]:
     """Prometheus's command line: its files, its data, the retention, loopback only.
 
     No ``--web.enable-lifecycle``: anyone on the host could stop Prometheus through it; the
-    deploy reloads it with SIGHUP. The flags are the same in Debian's Prometheus 2.42 and in 3.x.
+    deploy reloads it with SIGHUP. ``--web.cors.origin`` matches no web origin (Prometheus's default,
+    ``.*``, lets any page the operator's browser opens read Prometheus through ``rayrig dashboard``'s
+    tunnel); its own UI, Grafana and Ray's dashboard ask it from its own origin or from a server, which
+    CORS does not concern. The flags are the same in Debian's Prometheus 2.42 and in 3.x.
     """
     args = [
         f"--config.file={PROMETHEUS_YML}",
@@ -242,6 +247,7 @@ def prometheus_args(settings: Mapping[str, Any]) -> list[str]:
     if settings["monitoring_retention_size"]:
         args.append(f"--storage.tsdb.retention.size={settings['monitoring_retention_size']}")
     args.append(f"--web.listen-address=127.0.0.1:{int(settings['monitoring_prometheus_port'])}")
+    args.append(f"--web.cors.origin={NO_WEB_ORIGIN}")
     return args
 
 

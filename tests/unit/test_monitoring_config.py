@@ -227,6 +227,10 @@ def test_ray_env_may_point_the_heads_dashboard_elsewhere():
     assert not any("RAY_PROMETHEUS_HOST" in a or "grafana-dashboards" in a for a in plain)
 
 
+#: A web page's origin, as a browser sends it with a script's request to Prometheus.
+ORIGIN = "https://attacker.example"
+
+
 def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -248,10 +252,9 @@ def test_a_real_prometheus_scrapes_a_node_in_both_lists_once_with_the_inventorys
         {"labels": {"job": "ray"}, "targets": ["127.0.0.1:6383", "127.0.0.2:6383", "127.0.0.1:44227", "127.0.0.9:6383"]}
     ]
     (tmp_path / "ray_sd.json").write_text(json.dumps(ray_file))  # as Ray writes it, with a node the inventory lacks
-    args = [f"--config.file={tmp_path / 'prometheus.yml'}", f"--storage.tsdb.path={tmp_path / 'data'}"]
-    process = subprocess.Popen(
-        ["prometheus", *args, f"--web.listen-address=127.0.0.1:{port}"], stderr=subprocess.DEVNULL
-    )
+    here = {mc.PROMETHEUS_YML: str(tmp_path / "prometheus.yml"), mc.PROMETHEUS_DATA: str(tmp_path / "data")}
+    args = [re.sub("|".join(map(re.escape, here)), lambda m: here[m[0]], a) for a in mc.prometheus_args(settings)]
+    process = subprocess.Popen(["prometheus", *args], stderr=subprocess.DEVNULL)
     try:
         targets: list[dict] = []
         deadline = time.monotonic() + 30
@@ -271,6 +274,10 @@ def test_a_real_prometheus_scrapes_a_node_in_both_lists_once_with_the_inventorys
             ("127.0.0.2:6383", "w-b", "node"),
             ("127.0.0.9:6383", None, "node"),
         ]
+        # A web page the operator's browser opens cannot read Prometheus through the tunnel: no CORS grant.
+        query = urllib.request.Request(f"http://127.0.0.1:{port}/api/v1/query?query=up", headers={"Origin": ORIGIN})
+        with urllib.request.urlopen(query, timeout=5) as answer:
+            assert answer.status == 200 and "Access-Control-Allow-Origin" not in answer.headers
     finally:
         process.terminate()
         process.wait(timeout=30)

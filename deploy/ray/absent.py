@@ -31,7 +31,7 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from pyinfra import host
+from pyinfra import host, logger
 from pyinfra.api import deploy
 from pyinfra.facts.files import File
 from pyinfra.operations import files, server
@@ -97,9 +97,24 @@ def _remove_ray_node(name: str, drain_s: int) -> None:
         daemon_reload(f"Reload systemd units without {name}", [removed], [f"{name}.service"])
 
 
+def rotation_advice(host_name: str, tls: bool) -> str:
+    """What to do about the secrets a leaving host held, said on every deploy that removes it.
+
+    >>> rotation_advice("gpu-3", tls=False)  # doctest: +ELLIPSIS
+    'gpu-3 leaves the cluster (ray_state = "absent"); it held the cluster's Ray token: if it leaves ...'
+    """
+    held = "the cluster's Ray token and a TLS key signed by the cluster's CA" if tls else "the cluster's Ray token"
+    rotate = "`rayrig token rotate INVENTORY`" + (" and `rayrig tls rotate INVENTORY`" if tls else "")
+    return (
+        f'{host_name} leaves the cluster (ray_state = "absent"); it held {held}: if it leaves because it is no '
+        f"longer trusted (sold, lent, compromised), rotate {'them' if tls else 'it'} once it is gone: {rotate}"
+    )
+
+
 @deploy("Remove the host from the cluster")
 def remove_from_cluster() -> None:
     settings = host_settings(host)
+    logger.warning(rotation_advice(host.name, settings["ray_tls"] == "on"))
     _remove_ray_node(settings["ray_container_name"], settings["ray_drain_timeout_s"])
     remove_storage()
     remove_exporters()  # before the firewall: they answer anyone who asks

@@ -8,6 +8,7 @@ hosts that would change the membership stops before any change, naming the hosts
 
 from __future__ import annotations
 
+import logging
 import re
 
 import pytest
@@ -117,6 +118,17 @@ def test_an_absent_host_is_drained_and_removed_and_the_others_drop_it():
         assert [c for c in (op.name for op in run[name].changes) if not c.startswith(MEMBERS + monitoring)] == []
         assert members_of(run[name].uploads[RULESET]) == {"10.0.0.1", "10.0.0.2"}
         assert run[name].op("Load rayrig's nftables ruleset").step > drain
+
+
+@pytest.mark.parametrize("tls", ["off", "on"])
+def test_removing_a_host_says_which_secrets_it_held_and_how_to_rotate_them(tls, caplog):
+    hosts = with_data(reference_cluster("ubuntu22", "converged"), CPU_WORKER, ray_state="absent")
+    with caplog.at_level(logging.WARNING, logger="pyinfra"):
+        run_deploy([(name, {**data, "ray_tls": tls}) for name, data in hosts])
+    said = [r.getMessage() for r in caplog.records if "leaves the cluster" in r.getMessage()]
+    assert len(said) == 1 and said[0].startswith(f'{CPU_WORKER} leaves the cluster (ray_state = "absent")')
+    assert "`rayrig token rotate INVENTORY`" in said[0]
+    assert ("`rayrig tls rotate INVENTORY`" in said[0]) == (tls == "on")
 
 
 def test_a_host_still_marked_absent_changes_nothing_once_removed():

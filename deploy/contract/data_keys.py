@@ -92,7 +92,7 @@ HIGH_PORT_NAMES = ("client_server", "runtime_env_agent", "worker_min", "worker_m
 #: Keys whose value must be the same on every host of a cluster.
 CLUSTER_WIDE = (
     "ray_version", "ray_ports", "ray_image", "ray_container_name", "checks_enabled", "checks_mode",
-    "ray_cluster_name", "ray_auth", "storage_nfs_server", "storage_nfs_exports",
+    "ray_cluster_name", "ray_auth", "ray_auth_allow_none", "storage_nfs_server", "storage_nfs_exports",
     "ray_rolling_batch", "ray_gcs_fault_tolerance", "image_mirror", "image_mirror_port",
 )  # fmt: skip
 # monitoring (exporters): one Prometheus scrapes every host at the same ports, through one firewall rule set.
@@ -188,6 +188,7 @@ PROPERTIES: dict[str, dict[str, Any]] = {
     "ray_efa_device_rdma": {"type": "boolean", "x-expected": "true or false"},
     "ray_gcs_storage_path": {"type": "string", "pattern": _ABS_PATH, "x-expected": "an absolute folder path"},
     "ray_auth": {"enum": ["token", "none"], "x-expected": '"token" or "none"'},
+    "ray_auth_allow_none": {"type": "boolean", "x-expected": "true or false"},
     "ray_auth_token_file": {
         "type": ["string", "null"],
         "pattern": _LOCAL_PATH,

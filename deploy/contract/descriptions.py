@@ -69,6 +69,9 @@ DESCRIPTIONS: dict[str, str] = {
         "checks reports.",
     "ray_auth": '`"token"`: Ray\'s token authentication, one token per cluster, kept on this machine and mounted '
         'read-only into every ray-node. `"none"`: anyone who reaches Ray\'s ports may use the cluster.',
+    "ray_auth_allow_none": 'The consent `ray_auth = "none"` needs: without a token, anyone who reaches a Ray port '
+        "or the dashboard runs code on every node (Ray's Jobs API). Even with it, a `ray_dashboard_host` off "
+        "loopback is refused, and every deploy warns.",
     "ray_auth_token_file": "The operator's copy of the cluster's token; None: "
         "`.rayrig/clusters/<ray_cluster_name>/ray_auth_token`.",
     "ray_tls": '`"on"`: mutual TLS on every Ray gRPC channel (GCS, raylets, objects, workers, Ray Client), with '

@@ -100,3 +100,8 @@ def member_ports(settings: Mapping[str, Any]) -> dict[str, int]:
     {'gcs': 6379, 'node_exporter': 9100, 'gpu_exporter': 9400}
     """
     return {**settings["ray_ports"], **exporter_ports(settings)}
+
+
+#: The NFS server's ports: NFS itself, and rpcbind, which NFSv3 clients ask first.
+NFS_PORT = 2049
+RPCBIND_PORT = 111

@@ -19,7 +19,7 @@ from typing import Any
 
 import jsonschema
 
-from deploy.contract import settings
+from deploy.contract import consent, settings
 from deploy.contract.admin_networks import narrow_expected, too_wide
 from deploy.contract.data_keys import (
     ADDRESS_FORMAT,
@@ -140,6 +140,7 @@ def validate_host(name: str, data: Mapping[str, Any], host_names: Collection[str
         problems += _monitoring_server_problems(name, merged)
         problems += _monitoring_problems(name, merged)
         problems += _tls_problems(name, merged)
+        problems += [Problem(name, *found) for found in consent.auth_problems(merged)]
     return problems
 
 
@@ -272,8 +273,6 @@ def _temp_dir_problems(name: str, merged: Mapping[str, Any]) -> list[Problem]:
 
 #: Folders an NFS export must not be (or be under) without ``allow_unsafe``: the system's own.
 _SYSTEM_EXPORTS = (*_SYSTEM_DIRS, "/root")
-#: Export options that hand clients more than their own files.
-UNSAFE_EXPORT_OPTIONS = ("no_root_squash", "insecure")
 
 
 def _export_problems(name: str, merged: Mapping[str, Any]) -> list[Problem]:
@@ -293,15 +292,15 @@ def _export_problems(name: str, merged: Mapping[str, Any]) -> list[Problem]:
                     'a folder outside the system\'s (e.g. /srv/shared), or "allow_unsafe": true on this export',
                 )
             )
-        unsafe = [o for o in export.get("options", "").split(",") if o in UNSAFE_EXPORT_OPTIONS]
+        unsafe = consent.unsafe_export_options(export.get("options", ""))
         if unsafe:
             problems.append(
                 Problem(
                     name,
                     f"storage_nfs_exports[{index}]['options']",
                     export["options"],
-                    f"options without {' and '.join(unsafe)} (they let clients act as root or from any port), "
-                    'or "allow_unsafe": true on this export',
+                    f"options without {' and '.join(unsafe)} (they let clients act as root, from any port or "
+                    'unauthenticated), or "allow_unsafe": true on this export',
                 )
             )
     return problems
@@ -438,6 +437,8 @@ def _absent_problems(merged: Mapping[str, Mapping[str, Any]]) -> list[Problem]:
 
 
 # monitoring (server): Prometheus and Grafana on the monitoring host
+
+
 def _monitoring_server_problems(name: str, merged: Mapping[str, Any]) -> list[Problem]:
     """Prometheus's and Grafana's ports: two different ones, apart from Ray's and the exporters'
     (every service on the monitoring host shares its port space, loopback included)."""
@@ -462,7 +463,8 @@ def _monitoring_server_problems(name: str, merged: Mapping[str, Any]) -> list[Pr
 def _monitoring_problems(name: str, merged: Mapping[str, Any]) -> list[Problem]:
     """The exporters' ports join the members' single port list (``deploy.contract.ports.member_ports``): each
     must be apart from the other's, from every Ray port and the worker range, and from the image
-    mirror's; none may be opened to any source by ``firewall_extra_tcp_ports``. Ray's head metrics
+    mirror's; none may be opened to any source by ``firewall_extra_tcp_ports``, nor may NFS's, rpcbind's, the
+    mirror's, Prometheus's or Grafana's (:func:`deploy.contract.consent.guarded_ports`). Ray's head metrics
     ports are pinned from ``ray_ports``, never from ``ray_env``."""
     problems = [
         Problem(name, f"ray_env[{key!r}]", merged["ray_env"][key], f"no {key}: set ray_ports[{port!r}] instead")
@@ -488,13 +490,18 @@ def _monitoring_problems(name: str, merged: Mapping[str, Any]) -> list[Problem]:
         if any(first <= b and a <= last for a, b in ray_spans):
             continue  # refused already for reaching Ray's ports (_firewall_problems)
         hits = [f"monitoring_ports[{k!r}] = {p}" for k, p in exporter_ports(merged).items() if first <= p <= last]
-        if hits:
+        services = [f"{what} = {p}" for p, what in sorted(consent.guarded_ports(merged).items()) if first <= p <= last]
+        apart = ([f"the exporters' ({', '.join(hits)})"] if hits else []) + services
+        why = (["an exporter answers anyone who asks"] if hits else []) + (
+            ["anyone could then write the cluster's image, mount its storage or read its metrics"] if services else []
+        )
+        if apart:
             problems.append(
                 Problem(
                     name,
                     f"firewall_extra_tcp_ports[{index}]",
                     extra,
-                    f"ports apart from the exporters' ({', '.join(hits)}): an exporter answers anyone who asks",
+                    f"ports apart from {' and '.join(apart)}: {'; '.join(why)}",
                 )
             )
     return problems

@@ -54,6 +54,13 @@ READ_COMMAND = (
 )
 
 
+#: Said once on every deploy of a cluster without token authentication (``ray_auth_allow_none`` consented).
+NO_AUTH_WARNING = (
+    'ray_auth = "none" (ray_auth_allow_none = True): Ray asks no client for a token; whoever reaches a Ray port '
+    "runs code on every node, so the firewall and the network are all that keep them out"
+)
+
+
 class ClusterTokenError(PyinfraError):
     """The cluster's token cannot be read from the head, or the local one is not the cluster's."""
 
@@ -81,6 +88,7 @@ def _settle(inventory: Any) -> Path | None:
     head = next(h for h in inventory if merge(host_data(h))["ray_role"] == "head")
     settings = host_settings(head)
     if settings["ray_auth"] != "token":
+        logger.warning(NO_AUTH_WARNING)
         return None
     path = auth.token_path(settings)
     on_head = read_head_token(head)

@@ -19,6 +19,7 @@ from pyinfra import host, inventory
 from pyinfra.api import FactBase
 from pyinfra.operations import files, server, systemd
 
+from deploy.contract.ports import NFS_PORT
 from deploy.contract.settings import node_address, present_hosts
 from deploy.run.facts import fact
 from deploy.run.templating import put_template, render, resource
@@ -36,7 +37,6 @@ from deploy.storage.mount_units import (
 EXPORTS_DIR = "/etc/exports.d"
 EXPORTS_FILE = f"{EXPORTS_DIR}/rayrig.exports"
 ETAB = "/var/lib/nfs/etab"  # the live export table, rewritten by every exportfs -r
-NFS_PORT = 2049
 PROBE_TIMEOUT_S = 10  # how long an NFS server has to answer on TCP 2049
 
 EXPORT_DEFAULTS = "rw,sync,no_subtree_check,root_squash"

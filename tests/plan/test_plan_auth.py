@@ -3,11 +3,13 @@ nowhere else; ray-node reads it from a read-only mount."""
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from deploy.contract import settings
 from deploy.ray import auth
-from deploy.ray.cluster_token import ROTATION_ENV, ClusterTokenError
+from deploy.ray.cluster_token import NO_AUTH_WARNING, ROTATION_ENV, ClusterTokenError
 from tests.plan.fakes.fakehosts import CPU_WORKER, GPU_WORKER, HEAD, reference_cluster
 from tests.plan.harness import run_deploy
 
@@ -73,8 +75,12 @@ def test_a_new_local_token_stops_the_deploy_and_a_rotation_replaces_every_contai
         assert any("Start the Ray" in op for op in changed[name])
 
 
-def test_without_auth_there_is_no_token_and_ray_is_told_so():
-    run = run_deploy(reference_cluster("ubuntu24", data={"ray_auth": "none"}))
+def test_without_auth_there_is_no_token_and_ray_is_told_so(caplog):
+    with caplog.at_level(logging.WARNING, logger="pyinfra"):
+        run = run_deploy(reference_cluster("ubuntu24", data={"ray_auth": "none", "ray_auth_allow_none": True}))
+    warned = [r.getMessage() for r in caplog.records if r.getMessage() == NO_AUTH_WARNING]
+    assert len(warned) == 1  # once per deploy, whatever the number of hosts
+    assert warned[0].startswith('ray_auth = "none" (ray_auth_allow_none = True): Ray asks no client for a token')
     for name in NODES:
         host = run[name]
         assert not host.has_op("token")

@@ -96,7 +96,7 @@ def test_the_corpus_reaches_every_string_key_of_the_schema():
     numbers_and_flags = {
         "base_wait_timeout_s", "checks_enabled", "checks_matmul_min_fraction", "checks_membw_min_fraction",
         "checks_outlier_fraction", "checks_timeout_s", "checks_peer_timeout_factor", "checks_node_timeout_s",
-        "firewall_allow_ssh_from_anywhere", "firewall_enabled",
+        "firewall_allow_ssh_from_anywhere", "firewall_enabled", "ray_auth_allow_none",
         "firewall_members_all_ports",
         "nvidia_allow_reboot", "nvidia_reboot_timeout_s", "ray_head_wait_s", "ray_object_store_bytes", "ray_ports",
         "ray_replace_timeout_s", "ray_drain_timeout_s", "ray_gcs_fault_tolerance", "ray_efa", "ray_efa_device_rdma",

@@ -187,7 +187,7 @@ def test_tls_off_on_a_cluster_that_never_had_it_plans_nothing():
 
 
 def test_tls_on_without_token_authentication():
-    run = run_deploy(reference_cluster("ubuntu24", data={**TLS_ON, "ray_auth": "none"}))
+    run = run_deploy(reference_cluster("ubuntu24", data={**TLS_ON, "ray_auth": "none", "ray_auth_allow_none": True}))
     create = run[HEAD].docker_create()
     assert "--env=RAY_USE_TLS=1" in create
     assert "--env=RAY_AUTH_MODE=disabled" in create

@@ -133,5 +133,5 @@ def test_a_head_whose_token_cannot_be_read_stops_the_deploy_naming_the_host_and_
 
 
 def test_without_token_authentication_the_head_is_not_asked(tmp_path):
-    run = run_deploy(reference_cluster("ubuntu22", data={"ray_auth": "none"}))
+    run = run_deploy(reference_cluster("ubuntu22", data={"ray_auth": "none", "ray_auth_allow_none": True}))
     assert all(reads(run, name) == [] for name in NODES)

@@ -64,7 +64,7 @@ def test_the_banner_names_the_token_file_and_never_the_token(state):
     assert 'Dashboard of cluster "cluster": http://127.0.0.1:8265' in text
     assert str(path) in text
     assert auth.read_token(path) not in text
-    assert "token" not in dashboard.banner(plan_of([{**HEAD, "data": {**HEAD["data"], "ray_auth": "none"}}]), 1)
+    assert "token" not in dashboard.banner(plan_of([{**HEAD, "data": {**HEAD["data"], "ray_auth": "none", "ray_auth_allow_none": True}}]), 1)
 
 
 @pytest.mark.parametrize("hosts", [[WORKER], [HEAD, {**HEAD, "name": "10.0.0.3"}]])
@@ -190,7 +190,7 @@ def test_the_banner_ends_with_the_export_lines_a_local_ray_client_needs(state):
         f"export RAY_AUTH_TOKEN_PATH={path}",
     ]
     assert Path(lines[-1].split("=", 1)[1]).is_absolute()
-    none = plan_of([{**HEAD, "data": {**HEAD["data"], "ray_auth": "none"}}])
+    none = plan_of([{**HEAD, "data": {**HEAD["data"], "ray_auth": "none", "ray_auth_allow_none": True}}])
     assert dashboard.export_lines(none, 1) == ["export RAY_ADDRESS=http://127.0.0.1:1"]
 
 

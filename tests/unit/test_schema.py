@@ -399,6 +399,7 @@ def test_security_and_storage_settings_in_use_are_valid():
         ],
         "storage_s3_credentials": S3_KEYS,
         "ray_auth": "none",
+        "ray_auth_allow_none": True,
     }
     assert validate_cluster([head(**data), worker(1, **data)]) == []
 
@@ -457,7 +458,7 @@ def test_s3_secrets_never_appear_in_problems():
 
 
 def test_auth_and_the_nfs_server_are_the_same_on_every_host():
-    problems = validate_cluster([head(ray_auth="none"), worker(1)])
+    problems = validate_cluster([head(ray_auth="none", ray_auth_allow_none=True), worker(1, ray_auth_allow_none=True)])
     assert [(p.key, p.expected) for p in problems] == [("ray_auth", "the same value on every host of the cluster")]
 
 

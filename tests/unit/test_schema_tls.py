@@ -19,7 +19,7 @@ def test_the_defaults_and_tls_on_pass():
 
 
 def test_tls_on_without_token_authentication_is_allowed():
-    assert messages({"ray_tls": "on", "ray_auth": "none"}) == []
+    assert messages({"ray_tls": "on", "ray_auth": "none", "ray_auth_allow_none": True}) == []
 
 
 @pytest.mark.parametrize("value", ["yes", True, "ON", None])

@@ -347,13 +347,24 @@ def _firewall_problems(name: str, merged: Mapping[str, Any]) -> list[Problem]:
     return problems
 
 
+HOST_NAME_EXPECTED = (
+    "an IP address, a host name (letters, digits, '-' and '.') or a pyinfra connector's @connector/target"
+)
+
+
 def validate_cluster(hosts: Iterable[tuple[str, Mapping[str, Any], str]]) -> list[Problem]:
     """Every problem with a cluster's inventory.
 
     ``hosts`` yields (host name, host data, address other nodes dial).
     """
     hosts = list(hosts)
-    problems: list[Problem] = []
+    problems = [
+        Problem(repr(name), "the host's name", name, HOST_NAME_EXPECTED)
+        for name, _data, _address in hosts
+        if not settings.is_host_name(name)
+    ]
+    if problems:
+        return problems  # a name that is no name cannot be carried into any other message
     merged: dict[str, dict[str, Any]] = {}
     for name, data, _address in hosts:
         host_problems = validate_host(name, data, [h[0] for h in hosts])

@@ -131,6 +131,20 @@ def is_address(text: str) -> bool:
     return parse_address(text) is not None or is_hostname(text)
 
 
+#: A pyinfra connector's host name: ``@fake/head``, ``@docker/ray``, ``@local``.
+_CONNECTOR_NAME = re.compile(r"@[a-z][a-z0-9_]*(?:/[A-Za-z0-9][A-Za-z0-9._:-]*)?")
+
+
+def is_host_name(name: str) -> bool:
+    """Whether an inventory host's name is one rayrig can carry into messages, files and commands: an
+    address, a host name, or a pyinfra connector's ``@connector/target`` of such characters.
+
+    >>> is_host_name("gpu-01.lab.example"), is_host_name("@fake/head"), is_host_name("a;b"), is_host_name("@x/'")
+    (True, True, False, False)
+    """
+    return is_address(name) or _CONNECTOR_NAME.fullmatch(name) is not None
+
+
 def is_loopback(address: str) -> bool:
     """Whether an address is loopback only ("localhost", 127.0.0.0/8, ::1, also zoned or IPv4-mapped).
 

@@ -200,12 +200,12 @@ def wait_for_image() -> None:
         def head_failed() -> bool:
             return head in state.failed_hosts
 
+        why = f'the head ({head.name}) could not copy the image into its mirror (image_mirror = "head"); ' + (
+            "its error is above"
+        )
         server.shell(
             name="Stop waiting: the head could not fill the mirror",
-            commands=[
-                f"systemctl stop {PULL_UNIT} 2>/dev/null; echo 'the head ({head.name}) could not copy the image into "
-                'its mirror (image_mirror = "head"); its error is above\' >&2; exit 1'
-            ],
+            commands=[f"systemctl stop {PULL_UNIT} 2>/dev/null; echo {shlex.quote(why)} >&2; exit 1"],
             _if=head_failed,
         )
     waited = server.shell(

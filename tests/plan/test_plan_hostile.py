@@ -14,8 +14,9 @@ import shlex
 from typing import Any
 
 import pytest
+from pyinfra.api import Inventory
 
-from deploy.contract import schema
+from deploy.contract import schema, settings
 from deploy.contract.schema import InventoryError, validate_cluster
 from tests.hostile_corpus import BASE, HOSTILE, KEY, LOCAL_ONLY, VALUE, label, put, string_slots
 from tests.plan.fakes.fakehosts import HEAD, cluster
@@ -181,3 +182,23 @@ def test_what_reaches_a_host_is_mostly_refused():
 
 
 LOCAL_ONLY_SLOTS = [(key,) for key in LOCAL_ONLY]
+
+
+@pytest.mark.parametrize("value", HOSTILE, ids=[repr(v) for v in HOSTILE])
+def test_a_hostile_host_name_is_refused_before_anything_runs(value, tmp_path):
+    """A host's inventory name reaches messages, files and (quoted) commands: the corpus never gets that far
+    (or pyinfra itself keeps a harmless name: it strips surrounding whitespace)."""
+    data = {**copy.deepcopy(BASE), "ray_auth_token_file": str(tmp_path / "token")}
+    hosts = cluster("ubuntu22", data=data)
+    name = "@fake/" + value
+    hosts = [(name if n == hosts[-1][0] else n, d) for n, d in hosts]  # a worker named so
+    kept = next(iter(Inventory(([(name, {})], {})))).name
+    if kept != name and settings.is_host_name(kept):
+        assert run_deploy(hosts)[kept].raw_commands  # deployed under the name pyinfra kept
+        return
+    with pytest.raises(InventoryError) as error:
+        run_deploy(hosts)
+    problems = error.value.problems
+    assert [(p.key, p.value) for p in problems] == [("the host's name", name)]
+    assert str(problems[0]).startswith(f"host {name!r}: the host's name = {name!r}: expected an IP address, ")
+    assert str(error.value).endswith("Nothing was changed on any host.")

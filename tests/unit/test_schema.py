@@ -493,3 +493,15 @@ def test_hostile_strings_in_the_checks_bounds_are_refused_naming_the_key(key):
     for value in HOSTILE:
         problems = validate_cluster([head(**{key: value})])
         assert [(p.host, p.key) for p in problems] == [("head-1", key)], value  # before any operation
+
+
+@pytest.mark.parametrize("value", HOSTILE, ids=[repr(v) for v in HOSTILE])
+def test_a_hostile_host_name_is_refused_naming_it_and_nothing_else(value):
+    problems = validate_cluster([head(), (value, {"ray_role": "worker"}, "10.0.0.2")])
+    assert [(p.host, p.key, p.value) for p in problems] == [(repr(value), "the host's name", value)]
+    assert "expected an IP address, a host name" in str(problems[0])
+
+
+@pytest.mark.parametrize("name", ["gpu-01.lab.example", "10.0.0.7", "fd00::7", "@fake/worker-3", "@local"])
+def test_host_names_addresses_and_connector_names_pass(name):
+    assert validate_cluster([head(), (name, {"ray_role": "worker"}, "10.0.0.2")]) == []

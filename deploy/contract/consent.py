@@ -1,5 +1,6 @@
 """The settings that weaken the cluster, and the consent each needs: ``ray_auth = "none"``
-(``ray_auth_allow_none``), NFS export options that give clients root or need no authentication
+(``ray_auth_allow_none``), a registry mirror over plain HTTP (its host:port in
+``docker_insecure_registries`` too), NFS export options that give clients root or need no authentication
 (``"allow_unsafe": true`` on the export), and the ports of rayrig's own services, which
 ``firewall_extra_tcp_ports`` may not open to any source at all. ``deploy.contract.schema`` turns what
 these find into problems naming the key."""
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 from deploy.contract import settings
 from deploy.contract.ports import NFS_PORT, RPCBIND_PORT
@@ -68,3 +70,19 @@ def guarded_ports(merged: Mapping[str, Any]) -> dict[int, str]:
         if merged["monitoring_grafana"]:
             guarded[merged["monitoring_grafana_port"]] = "monitoring_grafana_port"
     return guarded
+
+
+def http_mirror_problems(merged: Mapping[str, Any]) -> list[tuple[str, Any, str]]:
+    """A ``docker_registry_mirrors`` entry over plain HTTP needs its host:port in ``docker_insecure_registries``
+    as well, the consent Docker itself asks for plain HTTP: anyone on the path could swap the images."""
+    problems = []
+    insecure = set(merged["docker_insecure_registries"])
+    for index, url in enumerate(merged["docker_registry_mirrors"]):
+        parts = urlsplit(url)
+        if parts.scheme == "http" and parts.netloc not in insecure:
+            why = (
+                f"an https URL, or {parts.netloc!r} in docker_insecure_registries as well to pull over plain HTTP "
+                "(anyone on the path could swap the images)"
+            )
+            problems.append((f"docker_registry_mirrors[{index}]", url, why))
+    return problems

@@ -141,6 +141,7 @@ def validate_host(name: str, data: Mapping[str, Any], host_names: Collection[str
         problems += _monitoring_problems(name, merged)
         problems += _tls_problems(name, merged)
         problems += [Problem(name, *found) for found in consent.auth_problems(merged)]
+        problems += [Problem(name, *found) for found in consent.http_mirror_problems(merged)]
     return problems
 
 

@@ -80,3 +80,11 @@ def test_extra_ports_may_not_open_rayrigs_own_services_to_any_source(data, port,
 )
 def test_extra_ports_of_services_that_do_not_run_pass(data):
     assert problems(data) == []
+
+
+def test_a_registry_mirror_over_plain_http_needs_its_registry_among_the_insecure_ones():
+    [(key, value, expected)] = problems({"docker_registry_mirrors": ["https://m.lab", "http://10.0.0.5:5000"]})
+    assert (key, value) == ("docker_registry_mirrors[1]", "http://10.0.0.5:5000")
+    assert expected.startswith("an https URL, or '10.0.0.5:5000' in docker_insecure_registries as well")
+    consented = {"docker_registry_mirrors": ["http://10.0.0.5:5000"], "docker_insecure_registries": ["10.0.0.5:5000"]}
+    assert problems(consented) == []

@@ -25,6 +25,7 @@ retries that).
 from __future__ import annotations
 
 import json
+import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -133,7 +134,9 @@ def _get(call: Any, key: str, **kwargs: Any) -> dict[str, Any] | None:
 
 def discover_iam(aws: Aws, spec: ClusterSpec) -> IamFound:
     """What the spec's instance profile needs that exists already; ``CloudError`` for a named profile
-    that does not exist, or a role or profile named ``rayrig-NAME`` that rayrig did not create."""
+    that does not exist, a role or profile named ``rayrig-NAME`` that rayrig did not create, or such a role
+    whose trust policy lets anyone but EC2 assume it (tags alone do not make a role rayrig's: whoever may tag
+    it could have the cluster's S3 access granted to a principal of theirs)."""
     iam, found = aws.client("iam"), IamFound()
     if spec.iam_instance_profile:
         name = spec.iam_instance_profile.rsplit("/", 1)[-1]
@@ -165,7 +168,25 @@ def discover_iam(aws: Aws, spec: ClusterSpec) -> IamFound:
                 f"an {what} named {name} exists (IAM names are global) but {owner}; "
                 "choose another cluster name, or delete that one first"
             )
+    trust = _trust_policy(found.role)
+    if found.role is not None and trust != TRUST_POLICY:
+        raise CloudError(
+            f"the IAM role {name} carries rayrig's tags but its trust policy is not rayrig's (EC2 alone may assume "
+            f"it): {json.dumps(trust, sort_keys=True)}; rayrig will not give it the cluster's S3 access: delete the "
+            "role (rayrig cloud up makes it again) or choose another cluster name"
+        )
     return found
+
+
+def _trust_policy(role: Mapping[str, Any] | None) -> Any:
+    """The role's trust policy as a document (IAM returns it decoded, or as URL-encoded JSON text)."""
+    document = (role or {}).get("AssumeRolePolicyDocument")
+    if isinstance(document, str):
+        try:
+            return json.loads(urllib.parse.unquote(document))
+        except ValueError:
+            return document
+    return document
 
 
 def plan_lines(spec: ClusterSpec, found: IamFound) -> list[tuple[str, str]]:

@@ -5,6 +5,7 @@ profile named in the spec is attached and never deleted; and the spec's checks o
 from __future__ import annotations
 
 import json
+import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -237,6 +238,27 @@ def test_a_role_of_the_same_name_that_rayrig_did_not_make_is_refused(
     with pytest.raises(ec2.CloudError, match="an IAM role named rayrig-sprint42 exists .* rayrig did not create it"):
         bring_up(write_spec(s3_buckets=["datasets"]), no_ssh)
     assert calls.mutating() == []
+
+
+def test_a_role_with_rayrigs_tags_that_someone_else_may_assume_is_refused(
+    write_spec: Callable[..., Path], no_ssh: Any, iam: Any, calls: Calls
+) -> None:
+    bring_up(write_spec(s3_buckets=["datasets"]), no_ssh)
+    foreign = {"Effect": "Allow", "Principal": {"AWS": "arn:aws:iam::210987654321:root"}, "Action": "sts:AssumeRole"}
+    trust = {"Version": "2012-10-17", "Statement": [*ec2_trust(iam)["Statement"], foreign]}
+    iam.update_assume_role_policy(RoleName="rayrig-sprint42", PolicyDocument=json.dumps(trust))
+    calls.clear()
+    with pytest.raises(ec2.CloudError) as caught:
+        bring_up(write_spec(s3_buckets=["datasets", "logs.example.com"]), no_ssh)
+    message = str(caught.value)
+    assert "the IAM role rayrig-sprint42 carries rayrig's tags but its trust policy is not rayrig's" in message
+    assert "210987654321" in message and "rayrig will not give it the cluster's S3 access" in message
+    assert calls.mutating() == []  # the new bucket's access went nowhere
+
+
+def ec2_trust(iam: Any) -> dict[str, Any]:
+    document = iam.get_role(RoleName="rayrig-sprint42")["Role"]["AssumeRolePolicyDocument"]
+    return json.loads(urllib.parse.unquote(document)) if isinstance(document, str) else document
 
 
 # --------------------------------------------------------------------------- the spec

@@ -48,7 +48,7 @@ ray_efa = False  # EFA host: ray-node gets /dev/infiniband, memlock unlimited, F
 ray_efa_device_rdma = False  # with ray_efa: FI_EFA_USE_DEVICE_RDMA=1 (p4d, p5: EFA RDMA reads)
 ray_cluster_name = "cluster"  # names the cluster: its token in the state directory, its check reports
 ray_auth = "token"  # "token": Ray token authentication (one token per cluster); "none": no authentication
-ray_auth_allow_none = False  # True: accept ray_auth = "none" (never with a dashboard off loopback); warned on every deploy
+ray_auth_allow_none = False  # True: accept ray_auth = "none" (not with a dashboard off loopback); warns each deploy
 ray_auth_token_file = None  # the operator's copy of the token; None: .rayrig/clusters/<ray_cluster_name>/ray_auth_token
 
 # --- Ray image ---------------------------------------------------------------

@@ -64,7 +64,8 @@ def test_the_banner_names_the_token_file_and_never_the_token(state):
     assert 'Dashboard of cluster "cluster": http://127.0.0.1:8265' in text
     assert str(path) in text
     assert auth.read_token(path) not in text
-    assert "token" not in dashboard.banner(plan_of([{**HEAD, "data": {**HEAD["data"], "ray_auth": "none", "ray_auth_allow_none": True}}]), 1)
+    no_auth = {**HEAD["data"], "ray_auth": "none", "ray_auth_allow_none": True}
+    assert "token" not in dashboard.banner(plan_of([{**HEAD, "data": no_auth}]), 1)
 
 
 @pytest.mark.parametrize("hosts", [[WORKER], [HEAD, {**HEAD, "name": "10.0.0.3"}]])

@@ -83,7 +83,8 @@ def test_an_invalid_inventory_or_one_without_token_authentication_is_refused(cap
     assert 'expected exactly one head; the others must be "worker"' in capsys.readouterr().err
     no_auth = tmp_path / "no_auth.py"
     no_auth.write_text(
-        "from tests.plan.fakes.fakehosts import cluster\nhosts = cluster('ubuntu22', data={'ray_auth': 'none', 'ray_auth_allow_none': True})\n"
+        "from tests.plan.fakes.fakehosts import cluster\n"
+        "hosts = cluster('ubuntu22', data={'ray_auth': 'none', 'ray_auth_allow_none': True})\n"
     )
     assert main(["token", "rotate", str(no_auth)]) == 2
     assert "ray_auth = 'none': the cluster has no token to rotate" in capsys.readouterr().err

@@ -22,18 +22,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from shlex import quote
 from typing import Any
 
 from deploy.contract import settings
 from deploy.monitoring import config as mc
 from deploy.monitoring import server as ms
-from deploy.run.facts import CONTAINER_STATE_FORMAT, ContainerState, DockerImageId, FileText
+from deploy.run.facts import DockerImageId, FileText
 from deploy.run.templating import render
-from tests.plan.fakes.fakestep import FakeState, fact_key, systemd_unit
-
-#: How ContainerState asks Docker about a container: the fakes answer this command.
-INSPECT = f"docker container inspect --format {quote(CONTAINER_STATE_FORMAT)}"
+from tests.plan.fakes.fakestep import FakeState, container_state_key, fact_key, systemd_unit
 
 IMAGE_ID = "sha256:" + "cd" * 32
 GPU_TARGETS = f"{mc.TARGETS_DIR}/gpu.json"
@@ -122,7 +118,7 @@ def facts(converged: bool, data: Mapping[str, Any], options: Mapping[str, Any]) 
         if name in containers:
             image, words = containers[name]
             label = options.get("prometheus_label", ms.run_hash(words)) if name == ms.PROMETHEUS else ms.run_hash(words)
-            key = fact_key(ContainerState, f"{INSPECT} {name}", name)
+            key = container_state_key(name)
             state.responses[key] = [_container(name, image, label)] if serves else []
         state.responses.update(
             systemd_unit(f"{name}.service", "running" if runs else "dead", "enabled" if runs else "")

@@ -21,17 +21,13 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from shlex import quote
 from typing import Any
 
 from deploy.contract import settings
 from deploy.ray import auth, ray_node
-from deploy.run.facts import CONTAINER_STATE_FORMAT, ContainerState, DockerImageId
+from deploy.run.facts import ContainerState, DockerImageId
 from tests.plan.fakes.fake_os import MEM_KB, NOFILE_HARD
-from tests.plan.fakes.fakestep import fact_key, need_reload, systemd_unit
-
-#: How ContainerState asks Docker about a container: the fakes answer this command.
-INSPECT = f"docker container inspect --format {quote(CONTAINER_STATE_FORMAT)}"
+from tests.plan.fakes.fakestep import container_state_key, fact_key, need_reload, systemd_unit
 
 IMAGE_ID = "sha256:" + "ab" * 32
 CONTAINER_ID = "c0ffee" * 10 + "beef"
@@ -60,7 +56,7 @@ class RayContainer:
         # The previous container's matcher comes before the generic one, which matches its command too.
         previous = ray_node.previous_name(name)
         labels = {ray_node.ROLE_LABEL: s["ray_role"]}
-        key = fact_key(ContainerState, f"{INSPECT} {previous}", previous)
+        key = container_state_key(previous)
         responses[key] = [container_json(previous, image, labels, running=False)] if self.previous_present else []
         present = converged or self.hash is not None if self.present is None else self.present
         found = []
@@ -77,7 +73,7 @@ class RayContainer:
 def container_json(
     name: str, image: str, labels: Mapping[str, str], running: bool = True, image_id: str = IMAGE_ID
 ) -> str:
-    """One line of ``INSPECT`` (``image_id``: the image it was created from)."""
+    """One line of ContainerState's ``docker container inspect`` (``image_id``: the image it was created from)."""
     return json.dumps(
         {
             "Id": CONTAINER_ID,

@@ -17,6 +17,7 @@ from typing import Any
 from pyinfra.api import FactBase, StringCommand
 from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 
+from deploy.run.facts import CONTAINER_STATE_FORMAT, ContainerState
 from deploy.run.units import NeedDaemonReload
 
 
@@ -76,3 +77,10 @@ def need_reload(unit: str, stale: bool, *, quoted: bool = False) -> dict[str, li
     quotes it, for names with a backslash)."""
     key = f"--property NeedDaemonReload -- {quote(unit) if quoted else unit}"
     return {fact_key(NeedDaemonReload, key, unit): [f"NeedDaemonReload={'yes' if stale else 'no'}"]}
+
+
+def container_state_key(container: str) -> str:
+    """The ``fake_responses`` key of ``ContainerState`` read for ``container``: Docker asked for its fields."""
+    return fact_key(
+        ContainerState, f"docker container inspect --format {quote(CONTAINER_STATE_FORMAT)} {container}", container
+    )

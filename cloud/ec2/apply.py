@@ -111,6 +111,31 @@ class Build:
         return {"Name": f"{self.name}-{role}", **self.base_tags, TAG_ROLE: role, **extra}
 
 
+def owned(build: Build) -> dict[str, list[str]]:
+    """What the cluster is made of that rayrig created, by ``Resources`` field (the instances aside): what this
+    run created and what it found and used; never the spec's own VPC, subnet or instance profile. ``up``
+    records it: ``down`` and ``reap`` delete that, by ID, and nothing else."""
+    spec, found = build.spec, Resources()
+    if not spec.network.existing:
+        for kind, rid in (("vpcs", build.vpc_id), ("internet_gateways", build.internet_gateway_id),
+                          ("route_tables", build.route_table_id)):  # fmt: skip
+            if rid:
+                found.add(kind, rid)
+        found.subnets += sorted(build.subnets.values())
+    if build.group_id:
+        found.add("security_groups", build.group_id)
+    found.add("key_pairs", build.name)
+    if build.placement:
+        found.add("placement_groups", build.placement)
+    if spec.s3_buckets and not spec.iam_instance_profile:
+        found.add("instance_profiles", iam.iam_name(spec.name))
+        found.add("iam_roles", iam.iam_name(spec.name))
+    for kind, rid in build.ledger.created:
+        if kind != "instances" and rid not in getattr(found, kind):
+            found.add(kind, rid)
+    return {kind: getattr(found, kind) for kind in found.__dataclass_fields__ if kind != "instances"}
+
+
 def tag_spec(resource_type: str, tags: Mapping[str, str]) -> list[dict[str, Any]]:
     """``TagSpecifications`` that tag a resource of ``resource_type`` as it is created."""
     return [{"ResourceType": resource_type, "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}]

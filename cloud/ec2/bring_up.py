@@ -14,7 +14,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from cloud.ec2 import efa, expiry
 from cloud.ec2.ami import check_fit, instance_type_info, resolve_ami
-from cloud.ec2.apply import Build, Ledger, apply
+from cloud.ec2.apply import Build, Ledger, apply, owned
 from cloud.ec2.aws import (
     TAG_CLUSTER,
     TAG_CREATED,
@@ -38,7 +38,7 @@ from cloud.ec2.plan import discover, make_plan, plan_summary
 from cloud.ec2.pricing import PriceBook
 from cloud.ec2.rules import ray_ports
 from cloud.ec2.spec import ClusterSpec
-from cloud.ec2.state import cluster_lock, load_state, save_state, state_path, stranger_line
+from cloud.ec2.state import cluster_lock, load_state, recorded_expiry, save_state, state_path, stranger_line
 from cloud.ec2.teardown import delete_resources
 from cloud.ec2.waits import WAIT_TIMEOUT_S, SshProbe, wait_for_ssh
 from cloud.ssh import ssh_answers
@@ -92,12 +92,15 @@ def up(
         existing = discover(aws, spec)
         for stranger in existing.strangers:
             say(stranger_line(spec.name, stranger))
+        for line in existing.foreign:
+            say(line)
         now = utc_now()
-        expires_at = existing.expires_at or now + spec.ttl
+        # The record's expiry first: a tag anyone may move neither ends the cluster early nor keeps it on.
+        expires_at = recorded_expiry(load_state(spec.name), spec.region) or existing.expires_at or now + spec.ttl
         created_at = existing.created_at or now
         book = PriceBook(aws)  # on-demand from the Pricing API, spot from the history; the table if they fail
         plan = make_plan(spec, existing, ports, book.rate)
-        expiry.refuse_expired(spec.name, existing.expires_at, now, bool(plan.launches or plan.starts))
+        expiry.refuse_expired(spec.name, expires_at, now, bool(plan.launches or plan.starts))
         for line in plan_summary(spec, ami, plan, expires_at) + book.notices:
             say(line)
         for line in efa.plan_lines(spec, efa_counts, types):
@@ -119,7 +122,7 @@ def up(
         except (CloudError, ClientError, BotoCoreError, KeyboardInterrupt) as exc:
             _undo(aws, spec, ledger, exc, timeout_s, say)
 
-        state_file = save_state(spec, ami.ssh_user, instances)
+        state_file = save_state(spec, ami.ssh_user, instances, owned(build), expires_at)
     addresses = [address(i, spec.network.public_ips and not spec.network.bastion) for i in instances]
     pending: list[str] = []
     if wait_ssh and spec.network.bastion:

@@ -9,10 +9,12 @@ has passed (the script: ``templates/expiry/rayrig-expiry-check``). When the tag
 cannot be read, or is gone or unreadable, the last value read holds, else the
 one baked into the user data at launch.
 
-So ``extend`` only moves the tag, on every resource rayrig created for the
-cluster (the ones ``up``, ``ls`` and ``reap`` read it from): no SSH, and the
-timers follow within a minute. ``reap`` remains for what the instances leave
-behind (the network, the security group, the key pair, the placement group).
+So ``extend`` only moves the tag, on every resource the record lists (without
+a record here, on what rayrig created by the tags), and writes the new expiry
+into the record, which ``up`` and ``reap`` go by: no SSH, and the timers follow
+within a minute. The timers never follow a tag moved earlier, since ``extend``
+never moves it so. ``reap`` remains for what the instances leave behind (the
+network, the security group, the key pair, the placement group).
 """
 
 from __future__ import annotations
@@ -43,7 +45,17 @@ from cloud.ec2.aws import (
     utc_now,
 )
 from cloud.ec2.spec import MAX_TTL, parse_ttl
-from cloud.ec2.state import cluster_lock, load_state, split_recorded, stranger_line
+from cloud.ec2.state import (
+    cluster_lock,
+    foreign_line,
+    load_state,
+    record_expiry,
+    recorded_expiry,
+    recorded_resources,
+    split_recorded,
+    state_path,
+    stranger_line,
+)
 
 #: Where the timer's script is installed on an instance.
 CHECK_PATH = "/usr/local/sbin/rayrig-expiry-check"
@@ -143,8 +155,9 @@ def extend(name: str, duration: dt.timedelta, region: str | None = None, *, aws:
            now: dt.datetime | None = None, say: Progress) -> Extension:  # fmt: skip
     """Move cluster ``name``'s expiry to ``max(now, current expiry) + duration`` on all of the cluster.
 
-    The current expiry is the earliest readable ``rayrig:expires-at`` of the
-    cluster (what ``reap`` goes by); an expired cluster gets ``duration`` from
+    The current expiry is the one this machine's record holds (what ``reap``
+    goes by), else the earliest readable ``rayrig:expires-at`` of the cluster;
+    an expired cluster gets ``duration`` from
     now, never less. The new expiry is at most 30 days from now, as a spec's
     ttl. The region is ``aws``'s, else ``region``, else the one ``up`` recorded
     here, else boto3's. A cluster of which nothing is found is a ``CloudError``.
@@ -160,13 +173,16 @@ def extend(name: str, duration: dt.timedelta, region: str | None = None, *, aws:
 
 def _extend(name: str, duration: dt.timedelta, region: str | None, *, aws: Aws | None, now: dt.datetime,
             say: Progress) -> Extension:  # fmt: skip
+    state = load_state(name)
     if aws is None:
-        aws = connect(region or load_state(name).get("region"))
+        aws = connect(region or state.get("region"))
     found = _tagged(aws, name)
-    members, strangers = split_recorded(load_state(name), aws.region, [i for _, i in found["instances"]])
+    members, strangers = split_recorded(state, aws.region, [i for _, i in found["instances"]])
     for stranger in strangers:
         say(stranger_line(name, stranger))
     found["instances"] = [(i["InstanceId"], i) for i in members]
+    for line in _keep_recorded(name, found, recorded_resources(state, aws.region)):
+        say(line)
     if not any(found.values()):
         raise CloudError(
             f"no cluster {name} in {aws.region}: nothing there carries the tag {TAG_CLUSTER}={name} "
@@ -174,7 +190,14 @@ def _extend(name: str, duration: dt.timedelta, region: str | None, *, aws: Aws |
         )
     texts = [tags_of(r).get(TAG_EXPIRES) for kind in found.values() for _, r in kind]
     readable = [t for t in map(parse_time, texts) if t]
-    old = min(readable) if readable else None
+    tagged_old = min(readable) if readable else None
+    recorded_old = recorded_expiry(state, aws.region)
+    if recorded_old is not None and tagged_old not in (None, recorded_old):
+        say(
+            f"  the tag {TAG_EXPIRES} says {tagged_old:%Y-%m-%d %H:%M} UTC, but {state_path(name)} records "
+            f"{recorded_old:%Y-%m-%d %H:%M} UTC: extending from the record"
+        )
+    old = recorded_old or tagged_old
     new = max(now, old or now) + duration
     if new > now + MAX_TTL:
         since = f"its expiry, {old:%Y-%m-%d %H:%M} UTC" if old and old > now else "now"
@@ -191,6 +214,13 @@ def _extend(name: str, duration: dt.timedelta, region: str | None, *, aws: Aws |
                 aws.ec2.create_tags(Resources=batch, Tags=[{"Key": TAG_EXPIRES, "Value": value}])
             if ids:
                 say(f"  {TAG_EXPIRES}={value} on {len(ids)} {kind}: {', '.join(ids)}")
+    if state.get("region") == aws.region:
+        record_expiry(name, new)
+    else:
+        say(
+            f"  this machine has no record of cluster {name} in {aws.region}: the machine that brought it up "
+            f"still records its old expiry, and its 'rayrig cloud reap' goes by that; extend it there"
+        )
     live = sum(1 for _, i in found["instances"] if i["State"]["Name"] in ("pending", "running"))
     others = sum(len(v) for k, v in found.items() if k != "instances")
     return Extension(name, aws.region, old, min((t for t in texts if t), default=None), new, live, others)
@@ -202,6 +232,44 @@ def _span(delta: dt.timedelta) -> str:
     days, rest = divmod(minutes, 1440)
     hours, minutes = divmod(rest, 60)
     return "".join(f"{n}{unit}" for n, unit in ((days, "d"), (hours, "h"), (minutes, "m")) if n) or "0m"
+
+
+#: The kinds ``_tagged`` finds that the record lists, by its kind: (record's kind, the key it records).
+_RECORDED_AS = {
+    "security groups": ("security_groups", "GroupId"),
+    "key pairs": ("key_pairs", "KeyName"),
+    "placement groups": ("placement_groups", "GroupName"),
+    "route tables": ("route_tables", "RouteTableId"),
+    "subnets": ("subnets", "SubnetId"),
+    "internet gateways": ("internet_gateways", "InternetGatewayId"),
+    "VPCs": ("vpcs", "VpcId"),
+}
+
+
+def _keep_recorded(name: str, found: dict[str, list[tuple[str, dict[str, Any]]]],
+                   recorded: dict[str, set[str]] | None) -> list[str]:  # fmt: skip
+    """Leave in ``found`` (``_tagged``'s, its instances already the members) what the record lists: volumes and
+    network interfaces of the members, and the recorded resources of each other kind; return a line for each
+    one left out. Without a record (None), nothing is left out."""
+    if recorded is None:
+        return []
+    members = {rid for rid, _ in found["instances"]}
+    attached = {
+        "volumes": lambda v: {a.get("InstanceId") for a in v.get("Attachments", [])},
+        "network interfaces": lambda n: {n.get("Attachment", {}).get("InstanceId")},
+    }
+    lines: list[str] = []
+    for kind, resources in found.items():
+        if kind in attached:
+            keep = [(rid, r) for rid, r in resources if attached[kind](r) & members]
+        elif kind in _RECORDED_AS:
+            field_name, key = _RECORDED_AS[kind]
+            keep = [(rid, r) for rid, r in resources if r.get(key) in recorded[field_name]]
+        else:
+            continue
+        lines += [foreign_line(name, f"{kind.rstrip('s')} {rid}") for rid, r in resources if (rid, r) not in keep]
+        found[kind] = keep
+    return lines
 
 
 def _tagged(aws: Aws, name: str) -> dict[str, list[tuple[str, dict[str, Any]]]]:

@@ -38,7 +38,7 @@ from cloud.ec2.failover import choices_text
 from cloud.ec2.pricing import Rate, offline_rate, sources_text, usd
 from cloud.ec2.rules import ports_text
 from cloud.ec2.spec import ClusterSpec, GroupSpec
-from cloud.ec2.state import load_state, split_recorded
+from cloud.ec2.state import foreign_line, load_state, recorded_resources, split_recorded
 
 
 @dataclass
@@ -54,6 +54,7 @@ class Existing:
     placement_group: dict[str, Any] | None = None
     instances: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     strangers: list[dict[str, Any]] = field(default_factory=list)  # tagged, not recorded here: not the cluster's
+    foreign: list[str] = field(default_factory=list)  # the same of the other kinds, as lines (``foreign_line``)
     expires_at: dt.datetime | None = None
     created_at: dt.datetime | None = None
     iam: iam.IamFound = field(default_factory=iam.IamFound)  # the instance profile
@@ -75,18 +76,37 @@ def _one(items: list[dict[str, Any]], what: str, name: str, key: str) -> dict[st
     return items[0] if items else None
 
 
+class _Recorded:
+    """Of the resources found by the cluster's tags, those this machine's record lists (all of them when it
+    lists none); the others are noted in ``found.foreign`` and left alone."""
+
+    def __init__(self, spec: ClusterSpec, found: Existing):
+        self.name, self.found = spec.name, found
+        self.kinds = recorded_resources(load_state(spec.name), spec.region)
+
+    def __call__(self, kind: str, text: str, key: str, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        if self.kinds is None:
+            return items
+        self.found.foreign += [
+            foreign_line(self.name, f"{text} {i[key]}") for i in items if i[key] not in self.kinds[kind]
+        ]
+        return [i for i in items if i[key] in self.kinds[kind]]
+
+
 def discover(aws: Aws, spec: ClusterSpec) -> Existing:
-    """Find what the cluster of ``spec`` already has (by tag), and check the spec's own VPC/subnet."""
+    """Find what the cluster of ``spec`` already has (by tag, and of that what this machine recorded when it
+    has a record), and check the spec's own VPC/subnet."""
     found = Existing()
     stamps: list[dict[str, str]] = []
+    recorded = _Recorded(spec, found)
     with aws_step(f"looking for the existing resources of cluster {spec.name}", spec.region):
         if spec.network.existing:
             _check_own_network(aws, spec, found)
         else:
-            _discover_network(aws, spec.name, found)
+            _discover_network(aws, spec.name, found, recorded)
             network = (found.vpc, *found.subnets.values(), found.internet_gateway, found.route_table)
             stamps += [tags_of(r) for r in network if r]
-        _discover_access(aws, spec, found)
+        _discover_access(aws, spec, found, recorded)
         live = [*created_filters(spec.name), {"Name": "instance-state-name", "Values": LIVE_STATES}]
         members, strangers = split_recorded(load_state(spec.name), spec.region, instances_matching(aws, live))
         found.strangers = list(strangers)
@@ -124,12 +144,16 @@ def _check_own_network(aws: Aws, spec: ClusterSpec, found: Existing) -> None:
     found.subnets = {subnet["AvailabilityZone"]: subnet}
 
 
-def _discover_network(aws: Aws, name: str, found: Existing) -> None:
+def _discover_network(aws: Aws, name: str, found: Existing, recorded: _Recorded) -> None:
     """The VPC, subnets (one per zone), internet gateway and route table rayrig made for the cluster, if any."""
     ec2 = aws.ec2
-    found.vpc = _one(paginate(ec2, "describe_vpcs", "Vpcs", Filters=created_filters(name, "vpc")), "VPC", name, "VpcId")
+    vpcs = recorded(
+        "vpcs", "VPC", "VpcId", paginate(ec2, "describe_vpcs", "Vpcs", Filters=created_filters(name, "vpc"))
+    )
+    found.vpc = _one(vpcs, "VPC", name, "VpcId")
     by_zone: dict[str, list[dict[str, Any]]] = {}
-    for subnet in paginate(ec2, "describe_subnets", "Subnets", Filters=created_filters(name, "subnet")):
+    subnets = paginate(ec2, "describe_subnets", "Subnets", Filters=created_filters(name, "subnet"))
+    for subnet in recorded("subnets", "subnet", "SubnetId", subnets):
         by_zone.setdefault(subnet["AvailabilityZone"], []).append(subnet)
     for zone, subnets in sorted(by_zone.items()):
         if len(subnets) > 1:
@@ -138,27 +162,32 @@ def _discover_network(aws: Aws, name: str, found: Existing) -> None:
                 f"({', '.join(s['SubnetId'] for s in subnets)}); run 'rayrig cloud down {name}' and up again"
             )
         found.subnets[zone] = subnets[0]
+    gateways = paginate(
+        ec2, "describe_internet_gateways", "InternetGateways", Filters=created_filters(name, "internet-gateway")
+    )
     found.internet_gateway = _one(
-        paginate(
-            ec2, "describe_internet_gateways", "InternetGateways", Filters=created_filters(name, "internet-gateway")
-        ),
+        recorded("internet_gateways", "internet gateway", "InternetGatewayId", gateways),
         "internet gateway",
         name,
         "InternetGatewayId",
     )
+    tables = paginate(ec2, "describe_route_tables", "RouteTables", Filters=created_filters(name, "route-table"))
     found.route_table = _one(
-        paginate(ec2, "describe_route_tables", "RouteTables", Filters=created_filters(name, "route-table")),
+        recorded("route_tables", "route table", "RouteTableId", tables),
         "route table",
         name,
         "RouteTableId",
     )
 
 
-def _discover_access(aws: Aws, spec: ClusterSpec, found: Existing) -> None:
+def _discover_access(aws: Aws, spec: ClusterSpec, found: Existing, recorded: _Recorded) -> None:
     """The cluster's security group, key pair and placement group, if any."""
     ec2, name = aws.ec2, spec.name
+    groups = paginate(
+        ec2, "describe_security_groups", "SecurityGroups", Filters=created_filters(name, "security-group")
+    )
     found.security_group = _one(
-        paginate(ec2, "describe_security_groups", "SecurityGroups", Filters=created_filters(name, "security-group")),
+        recorded("security_groups", "security group", "GroupId", groups),
         "security group",
         name,
         "GroupId",
@@ -178,12 +207,13 @@ def _discover_access(aws: Aws, spec: ClusterSpec, found: Existing) -> None:
             )
         found.key_pair = keys[0]
     if spec.placement_group and spec.workers:
+        groups = [
+            p
+            for p in ec2.describe_placement_groups(Filters=created_filters(name)).get("PlacementGroups", [])
+            if p.get("State") not in ("deleted", "deleting")
+        ]
         found.placement_group = _one(
-            [
-                p
-                for p in ec2.describe_placement_groups(Filters=created_filters(name)).get("PlacementGroups", [])
-                if p.get("State") not in ("deleted", "deleting")
-            ],
+            recorded("placement_groups", "placement group", "GroupName", groups),
             "placement group",
             name,
             "GroupName",

@@ -1,7 +1,8 @@
 """What this machine remembers about the EC2 clusters it brought up: ``<state>/ec2``.
 
 One ``NAME.json`` per cluster (spec path, region, keys, host data without its
-secrets, each instance's type, zone and market), ``current`` naming the last cluster brought up, ``NAME.ssh_config``
+secrets, each instance's type, zone and market, every other resource rayrig
+created for it by ID or name, and its expiry), ``current`` naming the last cluster brought up, ``NAME.ssh_config``
 when the hosts are reached through a bastion, and ``NAME.lock``, which one
 ``rayrig cloud up`` or ``down`` of the cluster holds at a time.
 
@@ -16,6 +17,7 @@ auth, key) stays in the spec only, and the state lists its name under
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import fcntl
 import json
 import os
@@ -25,7 +27,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from cloud.ec2.aws import TAG_GROUP, TAG_ROLE, TAG_SLOT, CloudError, Progress, tags_of
+from cloud.ec2.aws import TAG_GROUP, TAG_ROLE, TAG_SLOT, CloudError, Progress, iso, parse_time, tags_of
 from cloud.ec2.spec import ClusterSpec
 from deploy.contract.paths import state_dir
 
@@ -79,10 +81,35 @@ def without_secrets(data: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]
     return kept, sorted(k for k in data if k not in kept)
 
 
-def save_state(spec: ClusterSpec, ssh_user: str, instances: Iterable[Mapping[str, Any]] = ()) -> Path:
-    """Record the cluster (spec path, region, keys, host data without secrets, and where each of its described
-    ``instances`` runs: type, zone, market) and make it the current cluster."""
+#: The kinds of resource the record lists besides the instances (``teardown.Resources``' fields): what
+#: ``down`` and ``reap`` may delete, by ID (by name for key pairs, placement groups and IAM).
+RECORDED_KINDS = (
+    "placement_groups",
+    "security_groups",
+    "key_pairs",
+    "route_tables",
+    "subnets",
+    "internet_gateways",
+    "vpcs",
+    "instance_profiles",
+    "iam_roles",
+)
+
+
+def save_state(
+    spec: ClusterSpec,
+    ssh_user: str,
+    instances: Iterable[Mapping[str, Any]] = (),
+    resources: Mapping[str, Iterable[str]] | None = None,
+    expires_at: dt.datetime | None = None,
+) -> Path:
+    """Record the cluster (spec path, region, keys, host data without secrets, where each of its described
+    ``instances`` runs: type, zone, market; the other ``resources`` rayrig created for it, by kind of
+    ``RECORDED_KINDS``, added to those recorded before; its expiry) and make it the current cluster."""
     folder = private_state_dir()
+    before = load_state(spec.name)
+    kept = before.get("resources", {}) if before.get("region") == spec.region else {}
+    merged = {kind: sorted({*kept.get(kind, []), *(resources or {}).get(kind, [])}) for kind in RECORDED_KINDS}
     host_data, secret_keys = without_secrets(spec.host_data)
     group_host_data: dict[str, dict[str, Any]] = {}
     for group in spec.groups:
@@ -103,6 +130,8 @@ def save_state(spec: ClusterSpec, ssh_user: str, instances: Iterable[Mapping[str
         "admin_cidrs": list(spec.admin_cidrs),
         "allow_ssh_from_anywhere": spec.allow_ssh_from_anywhere,
         "instances": [_placement(i) for i in instances],
+        "resources": merged,
+        "expires_at": iso(expires_at) if expires_at else before.get("expires_at"),
     }
     path = write_private(folder / f"{spec.name}.json", json.dumps(record, indent=2, sort_keys=True) + "\n")
     write_private(folder / "current", spec.name + "\n")
@@ -152,6 +181,46 @@ def stranger_line(name: str, instance: Mapping[str, Any]) -> str:
         f"instance {instance['InstanceId']} carries the tags of cluster {name}, but {state_path(name)} does not "
         f"record it (rayrig cloud up records every instance it launches): not a member, left alone"
     )
+
+
+def recorded_resources(state: Mapping[str, Any], region: str) -> dict[str, set[str]] | None:
+    """The resources besides the instances that ``state`` records for the cluster in ``region``, by kind of
+    ``RECORDED_KINDS``; None when this machine has no such record there (none of the cluster, or one an
+    older rayrig wrote, which listed the instances only)."""
+    if "resources" not in state or state.get("region", region) != region:
+        return None
+    return {kind: set(state["resources"].get(kind, [])) for kind in RECORDED_KINDS}
+
+
+def foreign_line(name: str, what: str) -> str:
+    """What rayrig says of a resource (``what``: "security group sg-0abc") that carries cluster ``name``'s tags
+    without being recorded: rayrig neither uses nor deletes it."""
+    return (
+        f"{what} carries the tags of cluster {name}, but {state_path(name)} does not record it "
+        f"(rayrig cloud up records everything it creates): not the cluster's, left alone"
+    )
+
+
+def recorded_expiry(state: Mapping[str, Any], region: str) -> dt.datetime | None:
+    """The expiry ``state`` records for the cluster in ``region`` (what ``reap`` goes by), or None."""
+    if state.get("region", region) != region:
+        return None
+    return parse_time(state.get("expires_at"))
+
+
+def record_expiry(name: str, expires_at: dt.datetime) -> None:
+    """Write ``expires_at`` into the record of cluster ``name`` (``extend``); nothing when there is none."""
+    state = load_state(name)
+    if state:
+        state["expires_at"] = iso(expires_at)
+        write_private(state_path(name), json.dumps(state, indent=2, sort_keys=True) + "\n")
+
+
+def recorded_clusters(region: str) -> list[str]:
+    """The clusters this machine brought up in ``region`` and has a record of, sorted."""
+    folder = ec2_state_dir()
+    names = [path.stem for path in folder.glob("*.json")] if folder.is_dir() else []
+    return sorted(name for name in names if load_state(name).get("region") == region)
 
 
 def state_path(name: str) -> Path:

@@ -1,10 +1,13 @@
 """What a cluster has, taking it down, listing clusters, and reaping the expired ones.
 
 ``down`` says the cluster's run time and cost so far (``bill``) and asks,
-deletes what carries ``rayrig:created=true`` and the cluster's tag, then lists
-whatever still carries the tag. ``list_clusters`` gathers clusters from their
-tags (and their cost so far); ``reap`` takes down those whose
-``rayrig:expires-at`` passed, without asking per cluster.
+deletes what this machine's record of the cluster lists (by ID; without a
+record, what carries ``rayrig:created=true`` and the cluster's tag), names what
+carries the tags unrecorded and leaves it, then lists whatever still carries
+the tag. ``list_clusters`` gathers clusters from their tags (and their cost so
+far); ``reap`` takes down the clusters recorded here whose recorded expiry
+passed, without asking per cluster: tags, which anyone allowed to tag can set,
+never decide what it deletes.
 """
 
 from __future__ import annotations
@@ -41,10 +44,16 @@ from cloud.ec2.aws import (
 )
 from cloud.ec2.pricing import Cost, PriceBook, Running, cost_of, running_of, sources_text, span, usd
 from cloud.ec2.state import (
+    RECORDED_KINDS,
     cluster_lock,
+    foreign_line,
     forget_state,
     load_state,
     private_state_dir,
+    recorded_clusters,
+    recorded_expiry,
+    recorded_instances,
+    recorded_resources,
     split_recorded,
     state_path,
     stranger_line,
@@ -80,18 +89,95 @@ class Resources:
 
 
 def find_created(aws: Aws, name: str, strangers: list[str] | None = None) -> Resources:
-    """What rayrig created for cluster ``name`` (tags ``rayrig:cluster=name`` and ``rayrig:created=true``): of
-    the instances, those this machine recorded when it has a record of the cluster; the others are named in
-    ``strangers`` (when given) and left out."""
+    """What rayrig created for cluster ``name``, as this machine recorded it, by ID (``rayrig cloud up`` records
+    everything it creates); what carries the cluster's tags without being recorded is named in ``strangers``
+    (when given) and left out: whoever may tag resources could otherwise have theirs deleted by ``down``.
+
+    Without a record of the cluster's resources here (another machine brought it up, or an older rayrig
+    recorded the instances only), the tags ``rayrig:cluster=name`` and ``rayrig:created=true`` decide what
+    is not recorded.
+    """
+    state = load_state(name)
+    recorded = recorded_resources(state, aws.region)
+    tagged = _tagged_created(aws, name, state)
+    if strangers is not None:
+        strangers += tagged.strangers
+    if recorded is None:
+        return tagged.res
+    res = Resources(instances=tagged.res.instances)
+    for kind in RECORDED_KINDS:
+        ours = recorded[kind]
+        getattr(res, kind).extend(sorted(rid for rid in getattr(tagged.res, kind) if rid in ours))
+        if strangers is not None:
+            strangers += [foreign_line(name, f"{KIND_TEXT[kind]} {rid}")
+                          for rid in getattr(tagged.res, kind) if rid not in ours]  # fmt: skip
+    with aws_step(f"looking up the recorded resources of cluster {name}", aws.region):
+        for kind, lookup in _BY_ID.items():
+            missing = sorted(recorded[kind] - set(getattr(res, kind)))
+            if missing:  # recorded, no longer tagged: the record, not the tags, says it is the cluster's
+                getattr(res, kind).extend(lookup(aws, missing))
+    return res
+
+
+#: What each kind is called in what rayrig says.
+KIND_TEXT = {
+    "instances": "instance",
+    "placement_groups": "placement group",
+    "security_groups": "security group",
+    "key_pairs": "key pair",
+    "route_tables": "route table",
+    "subnets": "subnet",
+    "internet_gateways": "internet gateway",
+    "vpcs": "VPC",
+    "instance_profiles": "instance profile",
+    "iam_roles": "IAM role",
+}
+
+
+def _by_id(operation: str, key: str, id_key: str, filter_name: str) -> Callable[[Aws, list[str]], list[str]]:
+    """A lookup of which of the given IDs of one kind still exist (a filter, where naming a gone ID fails)."""
+
+    def lookup(aws: Aws, ids: list[str]) -> list[str]:
+        found = paginate(aws.ec2, operation, key, Filters=[{"Name": filter_name, "Values": ids}])
+        return sorted({r[id_key] for r in found} & set(ids))
+
+    return lookup
+
+
+#: The kinds whose recorded resources are looked up by ID even without the cluster's tags (IDs are never
+#: reused; names are, so a key pair, placement group or IAM entity must also carry the tags).
+_BY_ID = {
+    "security_groups": _by_id("describe_security_groups", "SecurityGroups", "GroupId", "group-id"),
+    "route_tables": _by_id("describe_route_tables", "RouteTables", "RouteTableId", "route-table-id"),
+    "subnets": _by_id("describe_subnets", "Subnets", "SubnetId", "subnet-id"),
+    "internet_gateways": _by_id(
+        "describe_internet_gateways", "InternetGateways", "InternetGatewayId", "internet-gateway-id"
+    ),
+    "vpcs": _by_id("describe_vpcs", "Vpcs", "VpcId", "vpc-id"),
+}
+
+
+@dataclass
+class _Tagged:
+    res: Resources
+    strangers: list[str]
+
+
+def _tagged_created(aws: Aws, name: str, state: Mapping[str, Any]) -> _Tagged:
+    """What carries ``rayrig:cluster=name`` and ``rayrig:created=true``; of the instances, those ``state``
+    records (the others as lines), plus recorded live instances whose tags are gone."""
     ec2 = aws.ec2
     filters = created_filters(name)
     res = Resources()
     with aws_step(f"listing the resources of cluster {name}", aws.region):
         live = [*filters, {"Name": "instance-state-name", "Values": LIVE_STATES}]
-        members, others = split_recorded(load_state(name), aws.region, instances_matching(aws, live))
+        members, others = split_recorded(state, aws.region, instances_matching(aws, live))
         res.instances = [i["InstanceId"] for i in members]
-        if strangers is not None:
-            strangers += [stranger_line(name, i) for i in others]
+        untagged = sorted((recorded_instances(state, aws.region) or set()) - set(res.instances))
+        if untagged:
+            by_id = [{"Name": "instance-id", "Values": untagged}]
+            by_id.append({"Name": "instance-state-name", "Values": LIVE_STATES})
+            res.instances += [i["InstanceId"] for i in instances_matching(aws, by_id)]
         pgs = ec2.describe_placement_groups(Filters=filters).get("PlacementGroups", [])
         res.placement_groups = [p["GroupName"] for p in pgs if p.get("State") not in ("deleted", "deleting")]
         res.security_groups = [
@@ -108,7 +194,7 @@ def find_created(aws: Aws, name: str, strangers: list[str] | None = None) -> Res
         ]
         res.vpcs = [v["VpcId"] for v in paginate(ec2, "describe_vpcs", "Vpcs", Filters=filters)]
         res.instance_profiles, res.iam_roles = iam.created_iam(aws, name)
-    return res
+    return _Tagged(res, [stranger_line(name, i) for i in others])
 
 
 def tagged_leftovers(aws: Aws, name: str) -> list[str]:
@@ -225,6 +311,13 @@ def down(name: str, region: str | None = None, *, aws: Aws | None = None, assume
         if res:
             for line in bill(aws, name, book or PriceBook(aws)):
                 say(line)
+            if recorded_resources(load_state(name), aws.region) is None:
+                say(
+                    f"{state_path(name)} records no resources of cluster {name} in {aws.region}: what carries its tags "
+                    f"{TAG_CLUSTER}={name} and rayrig:created=true is taken for the cluster's; check the list:"
+                )
+                for kind, rid in res.items():
+                    say(f"  {KIND_TEXT[kind]} {rid}")
             if not assume_yes:
                 if confirm is None:
                     raise CloudError(f"not confirmed: nobody to ask; pass --yes to take cluster {name} down")
@@ -373,26 +466,33 @@ def reap(
     say: Progress,
     timeout_s: float = WAIT_TIMEOUT_S,
 ) -> int:
-    """Take down every expired cluster in the region; 0 when all of them are gone, else 1.
+    """Take down every expired cluster in the region that this machine brought up; 0 when all of them are gone,
+    else 1.
 
-    Safe from cron (with ``assume_yes``): it touches only clusters whose
-    ``rayrig:expires-at`` has passed, never one without a readable expiry, and
-    two reaps do not run at once. Without ``assume_yes`` it asks ``confirm``;
-    without either it only lists what it would take down.
+    Safe from cron (with ``assume_yes``): it goes by this machine's record, never by tags alone. A cluster is
+    expired when the expiry its record holds (``up`` wrote it, ``extend`` moves it) has passed; a
+    ``rayrig:expires-at`` tag that says otherwise neither spares nor ends it, and is named. Taking a cluster
+    down deletes what its record lists (see ``down``). A cluster that carries rayrig's tags without a record
+    here is named as not this machine's to reap, and left. Two reaps do not run at once. Without
+    ``assume_yes`` it asks ``confirm``; without either it only lists what it would take down.
     """
     now = now or utc_now()
     with reap_lock():
         aws = connect(region)
-        clusters = list_clusters(aws)
-        for c in clusters:
-            if c.expires_at is None:
-                say(f"skipping {c.name}: no readable {TAG_EXPIRES} tag ({c.expiry_text!r}); take it down by hand")
-        expired = [c for c in clusters if c.expired(now)]
+        tagged = {c.name: c for c in list_clusters(aws)}
+        names = sorted(set(tagged) | set(recorded_clusters(aws.region)))
+        expired: list[tuple[str, dt.datetime, str | None]] = []
+        for name in names:
+            when, lines = reap_verdict(name, tagged.get(name), load_state(name), aws.region)
+            for line in lines:
+                say(line)
+            if when is not None and when <= now:
+                expired.append((name, when, tagged[name].owner if name in tagged else None))
         if not expired:
-            say(f"No expired cluster in {aws.region} ({len(clusters)} cluster(s) checked).")
+            say(f"No expired cluster in {aws.region} ({len(names)} cluster(s) checked).")
             return 0
-        for c in expired:
-            say(f"expired: {c.name} (owner {c.owner or '?'}, expired {c.expires_at:%Y-%m-%d %H:%M} UTC)")
+        for name, when, owner in expired:
+            say(f"expired: {name} (owner {owner or '?'}, expired {when:%Y-%m-%d %H:%M} UTC, as its record says)")
         if not assume_yes:
             if confirm is None:
                 say("Dry run: pass --yes to take these down.")
@@ -402,10 +502,39 @@ def reap(
                 return 0
         status = 0
         book = PriceBook(aws)
-        for c in expired:
+        for name, _, _ in expired:
             try:
-                status |= down(c.name, aws=aws, assume_yes=True, book=book, say=say, timeout_s=timeout_s)
+                status |= down(name, aws=aws, assume_yes=True, book=book, say=say, timeout_s=timeout_s)
             except CloudError as exc:
-                say(f"could not take down {c.name}: {exc}")
+                say(f"could not take down {name}: {exc}")
                 status = 1
         return status
+
+
+def reap_verdict(
+    name: str, info: ClusterInfo | None, state: Mapping[str, Any], region: str
+) -> tuple[dt.datetime | None, list[str]]:
+    """The expiry ``reap`` goes by for cluster ``name`` (None: leave it) and what to say about it.
+
+    ``info`` is the cluster as its tags show it (None: nothing carries them), ``state`` this machine's record.
+    """
+    path = state_path(name)
+    if not state or state.get("region") != region:
+        return None, [
+            f"not ours to reap: {name} carries rayrig's tags in {region}, but this machine has no record of it "
+            f"({path}); the machine that brought it up reaps it. To take it down by hand: "
+            f"'rayrig cloud down {name} --region {region}' (it lists what it would delete, and asks)"
+        ]
+    when = recorded_expiry(state, region)
+    if when is None:
+        return None, [
+            f"skipping {name}: {path} records no expiry (an older rayrig wrote it); "
+            f"'rayrig cloud extend {name} DURATION' records one, 'rayrig cloud down {name}' takes it down"
+        ]
+    lines = []
+    if info is not None and info.expiry_text is not None and info.expires_at != when:
+        lines.append(
+            f"{name}: its tag {TAG_EXPIRES} says {info.expiry_text!r}, but {path} records {state['expires_at']}: "
+            f"reap goes by the record (anyone allowed to tag the cluster's resources can move the tag)"
+        )
+    return when, lines

@@ -308,7 +308,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ls.add_argument("--region", help="the AWS region to list (default: the regions up recorded here, and boto3's)")
     ls.set_defaults(func=ls_cmd)
 
-    reap_ = sub.add_parser("reap", help="take down every expired cluster (for cron: --yes)")
+    reap_ = sub.add_parser(
+        "reap", help="take down the expired clusters this machine brought up, as it recorded them (for cron: --yes)"
+    )
     reap_.add_argument("--region", help="the AWS region to reap (default: boto3's)")
     reap_.add_argument("--yes", "-y", action="store_true", help="take them down without asking")
     timeout(reap_)

@@ -41,6 +41,7 @@ from moto.server import ThreadedMotoServer
 from cloud.ec2 import aws as ec2_aws
 from cloud.ec2 import waits
 from cloud.ec2.spec import SpecError, load_spec
+from cloud.ec2.state import state_path
 from rayrig.cli import main
 from tests.cloud import pricing_api as pricing
 
@@ -460,6 +461,15 @@ def no_ssh() -> Callable[[str, int, float], bool]:
 
     probe.probed = probed  # type: ignore[attr-defined]
     return probe
+
+
+def record_expiry_at(name: str, when: str) -> None:
+    """Set the expiry this machine's record of cluster ``name`` holds (what ``reap`` goes by) to ``when``:
+    the record as it would be once that time has come, without waiting for it."""
+    path = state_path(name)
+    state = json.loads(path.read_text(encoding="utf-8"))
+    state["expires_at"] = when
+    path.write_text(json.dumps(state), encoding="utf-8")
 
 
 def raw_client(service: str, url: str) -> Any:

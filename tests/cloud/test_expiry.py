@@ -20,7 +20,7 @@ from cloud import ec2
 from cloud.ec2.aws import TAG_EXPIRES, parse_time, tags_of, utc_now
 from cloud.ec2.expiry import CHECK_PATH, extend, resource_text
 from cloud.ec2.spec import load_spec
-from tests.cloud.conftest import Calls, PlacementGroups, raw_client, run_cli
+from tests.cloud.conftest import Calls, PlacementGroups, raw_client, record_expiry_at, run_cli
 
 pytestmark = pytest.mark.cloud
 
@@ -203,6 +203,7 @@ def test_up_refuses_to_launch_into_an_expired_cluster_until_it_is_extended(
     client = raw_client("ec2", aws)
     ids = list(expiry_tags(aws, PlacementGroups()))
     client.create_tags(Resources=ids, Tags=[{"Key": TAG_EXPIRES, "Value": "2020-01-01T00:00:00Z"}])
+    record_expiry_at("sprint42", "2020-01-01T00:00:00Z")  # the record and the tags, once that time has come
     victim = live_instances(aws)[0]["InstanceId"]
     client.terminate_instances(InstanceIds=[victim])  # ended, as a spot reclaim or the timer would
     calls.clear()

@@ -15,7 +15,7 @@ from cloud.ec2.pricing import PriceBook
 from cloud.ec2.spec import load_spec
 from cloud.ec2.teardown import find_created, reap_lock
 from rayrig.commands import cloud as cloud_commands
-from tests.cloud.conftest import PlacementGroups, base_spec, raw_client, run_cli
+from tests.cloud.conftest import PlacementGroups, base_spec, raw_client, record_expiry_at, run_cli
 
 pytestmark = pytest.mark.cloud
 
@@ -97,6 +97,7 @@ def test_reap_from_cron(two_clusters: None, aws: str, capsys: pytest.CaptureFixt
     resources = [i["InstanceId"] for r in reservations for i in r["Instances"]]
     resources += [v["VpcId"] for v in client.describe_vpcs(Filters=short)["Vpcs"]]
     client.create_tags(Resources=resources, Tags=[{"Key": "rayrig:expires-at", "Value": "2020-01-01T00:00:00Z"}])
+    record_expiry_at("short", "2020-01-01T00:00:00Z")  # the record and the tags, once that time has come
 
     assert run_cli("cloud", "reap") == 0  # no --yes and no terminal: a dry run
     assert "Dry run: pass --yes" in capsys.readouterr().out
@@ -108,7 +109,9 @@ def test_reap_from_cron(two_clusters: None, aws: str, capsys: pytest.CaptureFixt
     assert "No expired cluster in us-east-1 (1 cluster(s) checked)." in capsys.readouterr().out
 
 
-def test_reap_never_touches_a_cluster_without_a_readable_expiry(aws: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_reap_never_touches_a_cluster_it_has_no_record_of(aws: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Tags alone (here with no readable expiry, or one long past) never get a cluster reaped: it says whose it is
+    and how to remove it by hand."""
     client = raw_client("ec2", aws)
     vpc = client.create_vpc(
         CidrBlock="10.9.0.0/16",
@@ -121,7 +124,9 @@ def test_reap_never_touches_a_cluster_without_a_readable_expiry(aws: str, capsys
     )["Vpc"]["VpcId"]
     assert ec2.reap(assume_yes=True, now=utc_now() + dt.timedelta(days=365), say=print) == 0
     assert client.describe_vpcs(VpcIds=[vpc])["Vpcs"]
-    assert "skipping handmade: no readable rayrig:expires-at tag ('soon')" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "not ours to reap: handmade carries rayrig's tags in us-east-1, but this machine has no record of it" in out
+    assert "To take it down by hand: 'rayrig cloud down handmade --region us-east-1'" in out
 
 
 def test_two_reaps_do_not_run_at_once(aws: str) -> None:

@@ -167,7 +167,7 @@ def test_before_the_expiry_the_instance_runs_on_and_remembers_the_tag(tmp_path: 
 @pytest.mark.parametrize("when", ["past", "now"])
 def test_at_or_after_the_expiry_it_powers_off_and_says_so(tmp_path: Path, shell: str, imds: Imds, when: str) -> None:
     imds.tag = PAST if when == "past" else iso(utc_now())
-    node = Instance(tmp_path, imds.url, FUTURE, shell)
+    node = Instance(tmp_path, imds.url, imds.tag, shell)
     journal = node.tick()
     assert node.off
     assert f"this instance expired at {imds.tag}; powering off" in journal
@@ -182,13 +182,20 @@ def test_a_tag_moved_later_keeps_it_running_past_the_launch_value(tmp_path: Path
     assert f"expiry is {LATER}" in journal
 
 
-def test_a_tag_moved_earlier_is_followed_too(tmp_path: Path, shell: str, imds: Imds) -> None:
-    imds.tag = FUTURE
-    node = Instance(tmp_path, imds.url, FUTURE, shell)
-    node.tick()
+def test_a_tag_moved_earlier_is_not_followed(tmp_path: Path, shell: str, imds: Imds) -> None:
+    """``extend`` only moves the tag later: whoever moves it earlier (anyone allowed to tag the instance) must
+    not power the cluster off, neither below the value at launch nor below the last value read."""
     imds.tag = PAST
+    node = Instance(tmp_path, imds.url, FUTURE, shell)
+    journal = node.tick()
+    assert not node.off, journal
+    assert f"the tag {TAG_EXPIRES} moved earlier, to {PAST}; keeping {FUTURE} (the value at launch)" in journal
+    imds.tag = LATER
     node.tick()
-    assert node.off
+    imds.tag = FUTURE  # earlier than the last value read, still ahead of the launch value
+    journal = node.tick()
+    assert not node.off and f"keeping {LATER} (the last value read from the tag)" in journal
+    assert node.state.read_text().strip() == LATER
 
 
 def test_with_imds_down_the_launch_value_holds(tmp_path: Path, shell: str) -> None:

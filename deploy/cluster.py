@@ -19,7 +19,7 @@ from deploy.host.docker import distro_packages as docker_packages
 from deploy.host.docker import docker
 from deploy.host.nvidia import nvidia
 from deploy.host.ray_image import ray_image, wait_for_image
-from deploy.host.secret_files import private_uploads
+from deploy.host.secret_files import digest_key, private_uploads
 from deploy.monitoring.exporters import monitoring_exporters
 from deploy.monitoring.server import monitoring_server
 from deploy.post_checks import post_deploy_checks
@@ -43,6 +43,7 @@ if is_absent(host):
 else:
     private_uploads()
     base(ahead=(*docker_packages(), *firewall_packages()))
+    digest_key()  # before any secret file: they are compared by it
     docker()
     ray_image()
     nvidia()

@@ -65,8 +65,8 @@ DESCRIPTIONS: dict[str, str] = {
     "ray_efa": "An EFA host: ray-node gets `/dev/infiniband`, unlimited locked memory and `FI_PROVIDER=efa`. "
         "Set by the EC2 inventory for instances with EFA interfaces.",
     "ray_efa_device_rdma": "With `ray_efa`: `FI_EFA_USE_DEVICE_RDMA=1`, for EFA's RDMA reads (p4d, p5).",
-    "ray_cluster_name": "The cluster's name: its token and CA in `.rayrig/clusters/<name>/`, and the name of its "
-        "checks reports.",
+    "ray_cluster_name": "The cluster's name: its token, CA and digest key in `.rayrig/clusters/<name>/`, and the "
+        "name of its checks reports.",
     "ray_auth": '`"token"`: Ray\'s token authentication, one token per cluster, kept on this machine and mounted '
         'read-only into every ray-node. `"none"`: anyone who reaches Ray\'s ports may use the cluster.',
     "ray_auth_allow_none": 'The consent `ray_auth = "none"` needs: without a token, anyone who reaches a Ray port '

@@ -1,4 +1,12 @@
-"""Files that hold secrets (registry logins, the Ray token, S3 keys), written without showing them.
+"""Files that hold secrets (registry logins, the Ray token, S3 keys, TLS keys, workload secrets),
+written without showing them: neither their content nor a checksum anyone could test a guess against.
+
+``files.put`` shows a file's old and new content with ``--diff``, and decides whether to upload by
+the destination's sha1 (pyinfra's ``Sha1File``), which ``pyinfra -vvv`` prints: for a weak password,
+enough to test guesses offline. :func:`put_secret_file` compares a keyed digest instead
+(:class:`deploy.run.facts.SecretFileDigest`): the sha256 of the cluster's digest key followed by
+the file. The key is random, kept beside the cluster's Ray token on the operator's machine (fetched
+from the head by a machine without it, as the token is) and root-only on each host (:func:`digest_key`).
 
 Through ``sudo`` (or doas, dzdo), pyinfra uploads a file in two steps: SFTP as the
 SSH user to ``<temp dir>/pyinfra-<sha1 of the destination>``, then a copy as root.
@@ -10,17 +18,39 @@ a 0700 directory of the SSH user's own instead (pyinfra's ``_temp_dir``).
 
 from __future__ import annotations
 
+import hashlib
+import os
+import re
+import secrets
 from io import StringIO
+from pathlib import Path
+from shlex import quote
 from typing import Any
 
-from pyinfra import host, state
-from pyinfra.api import operation
+from pyinfra import host
+from pyinfra.api import FileUploadCommand, operation
 from pyinfra.api.exceptions import PyinfraError
 from pyinfra.facts.server import Home
 from pyinfra.operations import files
 
+from deploy.contract.settings import host_data, host_settings, merge
+from deploy.ray import auth
+from deploy.run.facts import SecretFileDigest, read_unprinted
+from deploy.run.memo import run_lock, run_memo
+
 #: The private upload directory, in the SSH user's home.
 UPLOAD_DIR_NAME = ".rayrig-upload"
+#: Where each host keeps the cluster's digest key (root-only, in a 0700 folder): :class:`SecretFileDigest` reads it.
+DIGEST_KEY_DIR = "/etc/rayrig/secret-digest"
+DIGEST_KEY_PATH = f"{DIGEST_KEY_DIR}/key"
+#: The digest key's file on the operator's machine, beside the cluster's Ray token.
+DIGEST_KEY_NAME = "secret_digest_key"
+#: The first line :data:`READ_KEY_COMMAND` prints: the key follows, or there is none.
+KEY_FOLLOWS, NO_KEY = "RAYRIG-DIGEST-KEY-FOLLOWS", "RAYRIG-NO-DIGEST-KEY"
+#: Reads the head's digest key (when the operator's machine has none); its output is never printed.
+READ_KEY_COMMAND = (
+    f"if [ -f {DIGEST_KEY_PATH} ]; then echo {KEY_FOLLOWS} && cat {DIGEST_KEY_PATH}; else echo {NO_KEY}; fi"
+)
 #: The global arguments that make pyinfra upload through a temp file (and run as another user).
 ESCALATION = ("_sudo", "_doas", "_dzdo")
 #: The same arguments turned off: what runs as the SSH user itself.
@@ -29,6 +59,10 @@ AS_SSH_USER: dict[str, Any] = {key: False for key in ESCALATION}
 
 class UploadDirError(PyinfraError):
     """The SSH user's private upload directory cannot be placed."""
+
+
+class DigestKeyError(PyinfraError):
+    """The cluster's digest key on the operator's machine is unusable."""
 
 
 def upload_dir(home: str | None, host_name: str) -> str:
@@ -64,19 +98,116 @@ def private_uploads() -> None:
     files.directory(name="Create the private upload directory", path=path, mode="700", **AS_SSH_USER)
 
 
+def digest_key_path(settings: dict[str, Any]) -> Path:
+    """The cluster's digest key on the operator's machine: beside its Ray token (and TLS CA)."""
+    return auth.token_path(settings).parent / DIGEST_KEY_NAME
+
+
+def store_digest_key(path: Path, key: str) -> None:
+    """Write ``key`` to ``path``, 0600 in a 0700 folder, unless the file exists (another deploy's wins).
+
+    The file appears whole or not at all: a private temporary file beside it is linked in place.
+    """
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    temp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(key.strip() + "\n")
+        os.link(temp, path)
+    except FileExistsError:
+        pass
+    finally:
+        temp.unlink(missing_ok=True)
+
+
+def read_digest_key(path: Path) -> str:
+    """The digest key in ``path`` as the hosts hold it (one line), kept 0600; an unusable one is an error."""
+    if path.stat().st_mode & 0o077:
+        path.chmod(0o600)
+    key = path.read_text()
+    if not re.fullmatch(r"[0-9a-f]{64}\n", key):
+        raise DigestKeyError(
+            f"{path}: expected the cluster's digest key, 64 hex digits on one line; "
+            "delete the file to have the deploy fetch the cluster's from the head"
+        )
+    return key
+
+
+def cluster_digest_key(current: Any) -> str:
+    """The cluster's digest key, settled the first time a deploy of ``current``'s run asks for it.
+
+    The local copy (:func:`digest_key_path`) when there is one. Without one (a fresh clone, another
+    machine), the head's :data:`DIGEST_KEY_PATH`, read with its output unprinted and stored 0600, so
+    that nothing changes on any host; when the head has none either, a new random key.
+    """
+    settings = host_settings(current)
+    path = digest_key_path(settings)
+    memo = run_memo(current.state, "digest_key")
+    if path not in memo:
+        with run_lock(current.state, ("digest_key", path)):  # one read of the head's key
+            if path not in memo:
+                if not path.exists():
+                    store_digest_key(path, _head_key(current.inventory) or secrets.token_hex(32))
+                memo[path] = read_digest_key(path)
+    return memo[path]
+
+
+def _head_key(inventory: Any) -> str | None:
+    head = next(h for h in inventory if merge(host_data(h))["ray_role"] == "head")
+    ok, lines, stderr = read_unprinted(head, READ_KEY_COMMAND, "to read the cluster's digest key")
+    if not ok or not (KEY_FOLLOWS in lines or NO_KEY in lines):
+        detail = " ".join(stderr)[-300:] or f"exit status not 0, no {KEY_FOLLOWS!r} or {NO_KEY!r} line"
+        raise DigestKeyError(
+            f"host {head.name}: could not read the cluster's digest key ({DIGEST_KEY_PATH}) through sudo: "
+            f"{detail}. Nothing was changed on any host."
+        )
+    key = "".join(lines[lines.index(KEY_FOLLOWS) + 1 :]) if KEY_FOLLOWS in lines else ""
+    return key if re.fullmatch(r"[0-9a-f]{64}", key) else None  # none, or unusable: a new one replaces it
+
+
+def keyed_digest(key: str, content: str) -> str:
+    """What :class:`SecretFileDigest` prints of a file with ``content`` on a host that holds ``key``.
+
+    >>> keyed_digest("k\\n", "s") == hashlib.sha256(b"k\\ns").hexdigest()
+    True
+    """
+    return hashlib.sha256(key.encode() + content.encode()).hexdigest()
+
+
+def digest_key() -> None:
+    """Ensure the current host holds the cluster's digest key (:func:`cluster_digest_key`) in
+    :data:`DIGEST_KEY_PATH`, root's, 0600 in a 0700 folder, written as the secrets are: the digest
+    ``-vvv`` shows of it is keyed by the key itself, a random one, and says nothing. A re-run plans
+    nothing.
+
+        digest_key()  # once per host, before any put_secret_file
+    """
+    key = StringIO(cluster_digest_key(host))
+    files.directory(name="Create the folder of the cluster's digest key", path=DIGEST_KEY_DIR, mode="700")
+    put_secret_file(name="Store the cluster's key of secret files' digests", src=key, dest=DIGEST_KEY_PATH)
+
+
 @operation()
 def put_secret_file(src: StringIO, dest: str, mode: str = "600"):
-    """``files.put`` of a file holding a secret: never shown by ``pyinfra --diff``.
+    """Ensure ``dest`` holds ``src`` with ``mode``, uploaded through :func:`private_uploads`' folder
+    and never shown: neither the content (``pyinfra --diff``) nor a plain checksum (``-vvv``).
 
-    ``files.put`` prints the old and new content of a file when the diff is on;
-    for a credentials file that would print the credentials. (``src`` is a
-    StringIO, which pyinfra names by its hash wherever it lists arguments.) The
-    upload's temp file is in the private directory of :func:`private_uploads`.
+    Whether to upload is decided by :class:`SecretFileDigest`, a digest keyed by the cluster's
+    key (:func:`digest_key`, before); ``src`` is a StringIO, which pyinfra names by its hash
+    wherever it lists arguments. The file's folder is made when absent. A re-run plans nothing.
 
         put_secret_file(name="Store the login", src=StringIO(text), dest="/etc/app/auth.json")
     """
-    diff, state.config.DIFF = state.config.DIFF, False
-    try:
-        yield from files.put._inner(src=src, dest=dest, mode=mode)
-    finally:
-        state.config.DIFF = diff
+    found = host.get_fact(SecretFileDigest, dest, DIGEST_KEY_PATH)
+    wanted = keyed_digest(cluster_digest_key(host), src.getvalue())
+    if found["digest"] != wanted:
+        if not found["folder"]:
+            yield f"mkdir -p {quote(os.path.dirname(dest))}"
+        temp_dir = (host.current_op_global_arguments or {}).get("_temp_dir")
+        yield FileUploadCommand(src, dest, remote_temp_filename=host.get_temp_filename(dest, temp_directory=temp_dir))
+        yield f"chmod {mode} {quote(dest)}"
+    elif found["mode"] != int(mode):
+        yield f"chmod {mode} {quote(dest)}"
+    else:
+        host.noop(f"secret file {dest} is up to date")

@@ -39,6 +39,7 @@ from pyinfra.operations import files, server
 from deploy.contract.settings import host_settings
 from deploy.firewall.nftables import remove_firewall
 from deploy.host.ray_image import DOCKER_CONFIG_DIR
+from deploy.host.secret_files import DIGEST_KEY_DIR
 from deploy.monitoring.exporters import remove_exporters
 from deploy.ray import auth, env_secret
 from deploy.ray.membership import MEMBERS_PATH
@@ -123,6 +124,7 @@ def remove_from_cluster() -> None:
         ("the Ray token", auth.NODE_TOKEN_DIR),
         ("ray-node's secret environment", env_secret.ENV_DIR),
         ("the registry credentials", DOCKER_CONFIG_DIR),
+        ("the cluster's key of secret files' digests", DIGEST_KEY_DIR),
     )
     for what, path in secrets:
         files.directory(name=f"Remove {what} ({path})", path=path, present=False)

@@ -30,12 +30,11 @@ from pathlib import Path
 from typing import Any
 
 from pyinfra import logger
-from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS, pop_global_arguments
 from pyinfra.api.exceptions import PyinfraError
 
 from deploy.contract.settings import host_data, host_settings, merge
 from deploy.ray import auth
-from deploy.run.facts import ContainerState, fact
+from deploy.run.facts import ContainerState, fact, read_unprinted
 from deploy.run.memo import run_lock, run_memo
 
 #: Set to 1 by ``rayrig token rotate``: the local token is the cluster's next one.
@@ -118,16 +117,9 @@ def _settle(inventory: Any) -> Path | None:
 def read_head_token(head: Any) -> str | None:
     """The token in the head's ``auth.NODE_TOKEN_PATH`` (None when there is none), read through sudo
     as the deploy's operations are, its output kept from pyinfra's printing and logs."""
-    if not head.connected:
-        head.connect(reason="to read the cluster's Ray token", raise_exceptions=True)
-    arguments, _ = pop_global_arguments(head.state, head, {})
-    connector_arguments = {key: value for key, value in arguments.items() if key in CONNECTOR_ARGUMENT_KEYS}
-    ok, output = head.run_shell_command(
-        READ_COMMAND, print_output=False, print_input=head.state.print_fact_input, **connector_arguments
-    )
-    lines = [line.strip() for line in output.stdout_lines]
+    ok, lines, stderr = read_unprinted(head, READ_COMMAND, "to read the cluster's Ray token")
     if not ok or not (TOKEN_FOLLOWS in lines or NO_TOKEN in lines):
-        detail = " ".join(output.stderr_lines)[-300:] or f"exit status not 0, no {TOKEN_FOLLOWS!r} or {NO_TOKEN!r} line"
+        detail = " ".join(stderr)[-300:] or f"exit status not 0, no {TOKEN_FOLLOWS!r} or {NO_TOKEN!r} line"
         raise ClusterTokenError(
             f"host {head.name}: could not read the cluster's Ray token ({auth.NODE_TOKEN_PATH}) through sudo: "
             f"{detail}. Nothing was changed on any host."

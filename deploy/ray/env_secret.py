@@ -4,14 +4,17 @@
 pyinfra prints them and ``ps`` shows them. ``ray_env_secret`` values go into
 ``ENV_FILE`` instead (0600, in a 0700 folder, written without a diff), which
 ``docker create --env-file`` reads: they never reach a command line, pyinfra's
-output or a log. The container carries a digest of the file, so a changed value
-replaces it. Whoever may run ``docker inspect`` (root, the docker group) still sees
-the container's environment: they could read the file anyway.
+output or a log. The container carries a digest of the file, keyed by the cluster's
+digest key (``deploy.host.secret_files``) so that the label, which ``docker create``'s
+command line and ``-vvv`` show, lets no one test a guess of a value; a changed value
+replaces the container. Whoever may run ``docker inspect`` (root, the docker group)
+still sees the container's environment: they could read the file anyway.
 """
 
 from __future__ import annotations
 
 import hashlib
+import hmac
 from collections.abc import Mapping
 from typing import Any
 
@@ -35,10 +38,10 @@ def env_file_text(values: Mapping[str, str]) -> str:
     return "".join(f"{name}={values[name]}\n" for name in sorted(values))
 
 
-def env_digest(values: Mapping[str, str]) -> str:
-    """A digest of the secret environment that says whether it changed (only those who can read
-    the file itself can read the label that carries it)."""
-    return hashlib.sha256(b"rayrig-env-secret\0" + env_file_text(values).encode()).hexdigest()[:16]
+def env_digest(values: Mapping[str, str], key: str) -> str:
+    """A digest of the secret environment that says whether it changed, and nothing to test a guess
+    against without the cluster's digest ``key`` (HMAC-SHA256, shortened)."""
+    return hmac.new(key.encode(), env_file_text(values).encode(), hashlib.sha256).hexdigest()[:16]
 
 
 def check_env_secret(settings: Mapping[str, Any], host_name: str) -> None:
@@ -56,9 +59,9 @@ def check_env_secret(settings: Mapping[str, Any], host_name: str) -> None:
             )
 
 
-def run_args(settings: Mapping[str, Any]) -> list[str]:
-    """``docker create`` arguments that give the container the secret environment (none without one)."""
-    values = settings["ray_env_secret"]
-    if not values:
+def run_args(settings: Mapping[str, Any], digest: str | None) -> list[str]:
+    """``docker create`` arguments that give the container the secret environment (none without one),
+    labelled with its :func:`env_digest` ``digest``."""
+    if not settings["ray_env_secret"]:
         return []
-    return [f"--env-file={ENV_FILE}", f"--label={DIGEST_LABEL}={env_digest(values)}"]
+    return [f"--env-file={ENV_FILE}", *([f"--label={DIGEST_LABEL}={digest}"] if digest else [])]

@@ -25,7 +25,7 @@ from deploy.firewall import nftables
 from deploy.host import efa
 from deploy.host.base import platform
 from deploy.host.ray_image import needs_pull, runs_other_image, same_image_command, user_command
-from deploy.host.secret_files import put_secret_file
+from deploy.host.secret_files import cluster_digest_key, put_secret_file
 from deploy.monitoring import config as monitoring_config
 from deploy.monitoring import server as monitoring_server
 from deploy.ray import auth, env_secret, gcs_store, ray_temp, tls_ca, tls_node
@@ -156,6 +156,7 @@ def docker_run_args(
     token_digest: str | None = None,
     monitoring: bool = False,
     tls_digest: str | None = None,
+    env_digest: str | None = None,
 ) -> list[str]:
     """``docker create`` arguments for the ray-node container, without the hash label.
 
@@ -168,6 +169,8 @@ def docker_run_args(
     folder shared with the host (:func:`deploy.monitoring.config.ray_head_env`). ``tls_digest``
     (:func:`deploy.ray.tls_node.certificate_digest`) is set when Ray TLS is on: the node's TLS folder is
     mounted read-only, Ray's TLS variables name its files, and a new certificate replaces the container.
+    ``env_digest`` (:func:`deploy.ray.env_secret.env_digest`) labels the container with its secret
+    environment (``ray_env_secret``): a changed value replaces it.
     """
     args = [
         "docker", "create",
@@ -190,7 +193,7 @@ def docker_run_args(
         **tls_ca.container_env(settings),  # {} when ray_tls is off
     }
     args += [f"--env={name}={value}" for name, value in sorted(env.items())]
-    args += env_secret.run_args(settings)  # ray_env_secret: from a 0600 file, never on the command line
+    args += env_secret.run_args(settings, env_digest)  # ray_env_secret: from a 0600 file, never on the command line
     if settings["ray_auth"] == "token":
         token = auth.NODE_TOKEN_PATH
         args += [f"--label={TOKEN_LABEL}={token_digest}", f"--mount=type=bind,src={token},dst={token},readonly"]
@@ -283,7 +286,9 @@ def desired_run_args(current_host: Any) -> tuple[str, list[str]]:
     digest = auth.token_digest(token) if token else None
     monitoring = monitoring_server.head_runs_monitoring(current_host)
     certificate = tls_node.certificate_digest(tls_node.node_certificate(current_host))
-    return role, docker_run_args(settings, role, start, num_gpus, shm, nofile, digest, monitoring, certificate)
+    secret_env = settings["ray_env_secret"]
+    env = env_secret.env_digest(secret_env, cluster_digest_key(current_host)) if secret_env else None
+    return role, docker_run_args(settings, role, start, num_gpus, shm, nofile, digest, monitoring, certificate, env)
 
 
 def node_view(current_host: Any) -> rolling.Node:

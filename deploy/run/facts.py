@@ -13,6 +13,7 @@ from shlex import quote
 from typing import Any
 
 from pyinfra.api import FactBase
+from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS, pop_global_arguments
 
 from deploy.run.memo import run_lock, run_memo
 
@@ -26,6 +27,22 @@ def fact(host: Any, cls: type[FactBase], *args: Any) -> Any:
             if key not in memo:
                 memo[key] = host.get_fact(cls, *args)
     return memo[key]
+
+
+def read_unprinted(host: Any, command: str, reason: str) -> tuple[bool, list[str], list[str]]:
+    """Run ``command`` on ``host`` as the deploy's operations run (through sudo when they do) and
+    return (whether it succeeded, its stdout lines, its stderr lines), its output never printed nor
+    logged: for what holds a secret, which a fact would show with ``-vvv``. The command (which must
+    hold no secret) is shown as a fact's is, with ``-vv``. ``reason``: why, should it have to connect.
+    """
+    if not host.connected:
+        host.connect(reason=reason, raise_exceptions=True)
+    arguments, _ = pop_global_arguments(host.state, host, {})
+    connector_arguments = {key: value for key, value in arguments.items() if key in CONNECTOR_ARGUMENT_KEYS}
+    ok, output = host.run_shell_command(
+        command, print_output=False, print_input=host.state.print_fact_input, **connector_arguments
+    )
+    return ok, [line.strip() for line in output.stdout_lines], list(output.stderr_lines)
 
 
 def _parse_os_release(lines: list[str]) -> dict[str, str]:
@@ -97,6 +114,41 @@ class FileText(FactBase):
         if not output or output[0] != "EXISTS":
             return None
         return "\n".join(output[1:])
+
+
+class SecretFileDigest(FactBase):
+    """What the deploy compares of a file that holds a secret, and nothing a reader of ``-vvv`` could
+    test a guess against: the sha256 of ``key_path``'s content followed by the file's (a key of the
+    cluster's, root-only on the host), and the file's mode.
+
+    Returns ``{"folder": True, "mode": 600, "digest": "<64 hex>"}``: ``mode`` None when the file is
+    absent, ``digest`` None as well or when the host has no key, ``folder`` False when the file's
+    folder is absent. The key and the secret are read by ``cat`` on the host: neither is on a command
+    line nor in the output. (pyinfra's ``Sha1File``, which ``files.put`` reads, prints the file's plain
+    sha1: enough to test guesses of a weak password offline.)
+    """
+
+    def command(self, path: str, key_path: str) -> str:
+        return (
+            f"f={quote(path)}; k={quote(key_path)}; "
+            'if [ ! -d "$(dirname "$f")" ]; then echo NO_FOLDER; '
+            'elif [ ! -f "$f" ]; then echo ABSENT; '
+            'else echo "MODE=$(stat -c %a "$f")"; '
+            '[ -f "$k" ] && echo "DIGEST=$(cat "$k" "$f" | sha256sum | cut -c1-64)"; true; fi'
+        )
+
+    @staticmethod
+    def default() -> dict[str, Any]:
+        return {"folder": True, "mode": None, "digest": None}
+
+    def process(self, output: list[str]) -> dict[str, Any]:
+        values = dict(line.partition("=")[::2] for line in output if "=" in line)
+        mode = values.get("MODE", "").strip()
+        return {
+            "folder": "NO_FOLDER" not in output,
+            "mode": int(mode) if mode.isdigit() else None,
+            "digest": values.get("DIGEST", "").strip() or None,
+        }
 
 
 class DockerImageId(FactBase):

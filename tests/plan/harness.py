@@ -8,6 +8,10 @@ uploaded (path -> content). The commands of each operation come from its
 ``OperationMeta`` once it ran (``_commands``: pyinfra has no public accessor),
 masked the way pyinfra prints them.
 
+``Run.output`` is what ``pyinfra -vvv --debug`` would print: every command and fact command sent,
+every fact's output, every operation's output and pyinfra's debug log (the fake connector's
+``echo`` and pyinfra's logger, captured while the run lasts), with what the deploy prints itself.
+
 Every run has a State of its own; what the deploy keeps for a run (facts read, the
 cluster's addresses) lives in ``deploy.run.memo``, held weakly per State, so runs never
 share it.
@@ -17,10 +21,13 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import json
+import logging
 import os
 import re
 import shlex
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +35,7 @@ from typing import Any
 
 import pyinfra
 from pyinfra.api import Config, FileUploadCommand, Inventory, State, StringCommand
+from pyinfra.api import output as pyinfra_output
 from pyinfra.api.connect import connect_all, disconnect_all
 from pyinfra.api.operations import run_ops
 from pyinfra.api.state import StateStage
@@ -163,9 +171,13 @@ def run_deploy(
     Exceptions raised while the deploy file is loaded (invalid inventory, a
     GPU mismatch) propagate, as the CLI stops on them before any operation.
     """
-    with cli_run(hosts) as (state, config, inventory):
-        _run(state, config, inventory, deploy_file, limit)
+    with cli_run(hosts) as (state, config, inventory), most_verbose(state) as printed:
+        try:
+            _run(state, config, inventory, deploy_file, limit)
+        finally:
+            _printed[state] = printed.getvalue()
     run = _collect(state, inventory)
+    run.output = _printed.pop(state)
     if os.environ.get(RECORD):
         record(run, Path(os.environ[RECORD]), deploy_file)
     return run
@@ -229,6 +241,71 @@ def cli_run(hosts: list[tuple[str, dict[str, Any]]]) -> Iterator[tuple[State, Co
             yield state, config, inventory
     finally:
         pyinfra.is_cli = was_cli
+
+
+_printed: dict[State, str] = {}
+
+
+class _Tee(io.TextIOBase):
+    """A text stream that writes to ``stream`` (where tests' capsys still reads it) and to ``copy``."""
+
+    def __init__(self, stream: Any, copy: io.StringIO) -> None:
+        self.stream, self.copy = stream, copy
+
+    def write(self, text: str) -> int:
+        self.copy.write(text)
+        return self.stream.write(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+
+class _Forward(logging.Handler):
+    """Hands the records at ``level`` and above to the logger's parents, as propagation did before
+    the run lowered the logger's level to DEBUG."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        parent = logging.getLogger("pyinfra").parent
+        if parent is not None:
+            parent.handle(record)
+
+
+@contextlib.contextmanager
+def most_verbose(state: State) -> Iterator[io.StringIO]:
+    """Print as ``pyinfra -vvv --debug`` does, into the StringIO the block gets: every command, fact
+    command and output (pyinfra's ``echo``), pyinfra's log from DEBUG up, and what goes to stdout
+    and stderr (what the deploy prints with ``click.echo``), which still go where they went."""
+    for flag in ("print_input", "print_fact_input", "print_output", "print_fact_output", "print_fact_info"):
+        setattr(state, flag, True)
+    state.print_noop_info = True
+    printed = io.StringIO()
+    handler = logging.StreamHandler(printed)
+    handler.setLevel(logging.DEBUG)
+    log = logging.getLogger("pyinfra")
+    level, propagate = log.level, log.propagate
+    forward = _Forward(log.getEffectiveLevel())  # up the hierarchy only what went there before (caplog's)
+    echo = pyinfra_output._echo
+
+    def recording_echo(message: Any = None, **kwargs: Any) -> None:
+        printed.write(f"{'' if message is None else message}\n")
+
+    log.addHandler(handler)
+    log.addHandler(forward)
+    log.setLevel(logging.DEBUG)
+    log.propagate = False
+    pyinfra_output.set_echo(recording_echo)
+    try:
+        with (
+            contextlib.redirect_stdout(_Tee(sys.stdout, printed)),
+            contextlib.redirect_stderr(_Tee(sys.stderr, printed)),
+        ):
+            yield printed
+    finally:
+        pyinfra_output.set_echo(echo)
+        log.setLevel(level)
+        log.propagate = propagate
+        log.removeHandler(handler)
+        log.removeHandler(forward)
 
 
 def _run(state: State, config: Config, inventory: Inventory, deploy_file: Path, limit: list[str] | None) -> None:

@@ -14,6 +14,7 @@ import re
 import pytest
 
 from deploy.contract.schema import InventoryError
+from deploy.host.secret_files import DIGEST_KEY_DIR
 from deploy.ray import auth, membership
 from deploy.ray.membership import MembershipChange
 from deploy.storage import nfs
@@ -106,6 +107,7 @@ def test_an_absent_host_is_drained_and_removed_and_the_others_drop_it():
     assert gone.has_op("Remove the ray-node systemd unit")
     assert gone.commands_matching(r"^nft delete table inet rayrig$")
     assert gone.has_op(f"Remove the Ray token \\({auth.NODE_TOKEN_DIR}\\)")
+    assert gone.op("Remove the cluster's key of secret files' digests").commands == [f"rm -rf {DIGEST_KEY_DIR}"]
     assert gone.has_op("Remove the record of the cluster's members")
     # nothing of a member's deploy: no node started, no package, no ruleset written
     assert not gone.has_op("Start the Ray") and not gone.has_op("Install rayrig's nftables ruleset")

@@ -23,7 +23,9 @@ from tests.plan.fakes.fakehosts import (
     _sha1_matcher,
     _stat_line,
     _stat_matcher,
+    local_digest_key,
     reference_cluster,
+    secret_file_answer,
     with_data,
 )
 from tests.plan.harness import HostRun, run_deploy
@@ -62,9 +64,11 @@ def with_tls_files(hosts, hash_from: dict[str, str] | None = None):
         }
         facts = {_stat_matcher(tls_ca.NODE_TLS_DIR): [_stat_line(tls_ca.NODE_TLS_DIR, 700, "directory")]}
         facts[HEAD_CA_READ] = cert.ca_pem.decode().splitlines()  # what the deploy reads of the head's CA
+        key = local_digest_key(settings.merge({k: v for k, v in data.items() if k != "fake_responses"}))
         for path, (content, mode) in files.items():
             facts[_stat_matcher(path)] = [_stat_line(path, mode)]
             facts[_sha1_matcher(path)] = [f"{hashlib.sha1(content).hexdigest()}  {path}"]
+            facts.update(secret_file_answer(path, content, mode, key))  # what the key's upload reads
         responses = {**facts, **data["fake_responses"]}
         if hash_from:
             container = json.loads(responses["docker container inspect"][0])

@@ -8,6 +8,7 @@ import stat
 
 import pytest
 
+from deploy.host.secret_files import DIGEST_KEY_NAME
 from deploy.ray import auth
 from deploy.ray.cluster_token import NO_TOKEN, READ_COMMAND, TOKEN_FOLLOWS, ClusterTokenError
 from tests.plan.fakes.fakehosts import CPU_WORKER, GPU_WORKER, HEAD, container_json, reference_cluster
@@ -42,14 +43,22 @@ def reads(run, name):
 def test_without_a_local_token_the_heads_is_fetched_0600_and_nothing_changes_on_any_node(tmp_path):
     token_file = tmp_path / "fresh-clone" / "ray_auth_token"
     hosts = converged_with(token_file)
+    digest_key = token_file.with_name(DIGEST_KEY_NAME)  # the fresh clone has neither: both come from the head
+    key = digest_key.read_text()
     token_file.unlink()
+    digest_key.unlink()
     token_file.parent.rmdir()
     run = run_deploy(hosts)
-    assert run.changed_hosts == {}  # no token upload, no replacement
+    assert run.changed_hosts == {}  # no token upload, no replacement, no secret file written again
     assert auth.read_token(token_file) == TOKEN
-    assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
+    assert digest_key.read_text() == key
+    for path in (token_file, digest_key):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert stat.S_IMODE(token_file.parent.stat().st_mode) == 0o700
-    assert sorted(p.name for p in token_file.parent.iterdir()) == ["ray_auth_token"]  # no temporary file left
+    assert sorted(p.name for p in token_file.parent.iterdir()) == [  # no temporary file left
+        "ray_auth_token",
+        DIGEST_KEY_NAME,
+    ]
     assert reads(run, HEAD) == [READ_COMMAND]
     assert reads(run, GPU_WORKER) == reads(run, CPU_WORKER) == []
     for name in NODES:

@@ -24,10 +24,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from deploy.contract import settings
-from deploy.ray import auth, ray_node
+from deploy.ray import auth, env_secret, ray_node
 from deploy.run.facts import ContainerState, DockerImageId
 from tests.plan.fakes.fake_os import MEM_KB, NOFILE_HARD
-from tests.plan.fakes.fakestep import container_state_key, fact_key, need_reload, systemd_unit
+from tests.plan.fakes.fakestep import container_state_key, fact_key, local_digest_key, need_reload, systemd_unit
 
 IMAGE_ID = "sha256:" + "ab" * 32
 CONTAINER_ID = "c0ffee" * 10 + "beef"
@@ -103,7 +103,8 @@ def expected_run_args(
     digest = auth.token_digest(auth.ensure_token(s)) if s["ray_auth"] == "token" else None
     if monitoring is None:
         monitoring = head_monitors(s)
-    return ray_node.docker_run_args(s, s["ray_role"], start, num_gpus, shm, nofile, digest, monitoring)
+    secret = env_secret.env_digest(s["ray_env_secret"], local_digest_key(s)) if s["ray_env_secret"] else None
+    return ray_node.docker_run_args(s, s["ray_role"], start, num_gpus, shm, nofile, digest, monitoring, None, secret)
 
 
 def head_monitors(s: Mapping[str, Any]) -> bool:

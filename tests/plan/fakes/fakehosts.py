@@ -47,8 +47,10 @@ from deploy.contract import settings
 from deploy.firewall import nftables
 from deploy.host.docker import DAEMON_JSON
 from deploy.host.ray_image import registry_config
+from deploy.host.secret_files import DIGEST_KEY_DIR, DIGEST_KEY_PATH, KEY_FOLLOWS, NO_KEY, keyed_digest
 from deploy.monitoring import config as monitoring_config
 from deploy.ray import auth, cluster_token, env_secret, membership, ray_node, ray_temp
+from deploy.run.facts import SecretFileDigest
 from deploy.storage import nfs
 from deploy.storage.mounts import mount_points
 from tests.plan.fakes import fake_firewall, fake_monitoring, fake_monitoring_exporters, fake_storage
@@ -56,7 +58,7 @@ from tests.plan.fakes.fake_docker import ENGINE_PACKAGES, HostDocker, repo_files
 from tests.plan.fakes.fake_nvidia import H100, HostGPUs, nvidia_files  # noqa: F401
 from tests.plan.fakes.fake_os import FAMILY, MEM_KB, NOFILE_HARD, OS_RELEASE, OSES, UPLOAD_DIR, HostOS  # noqa: F401
 from tests.plan.fakes.fake_ray_container import IMAGE_ID, RayContainer, container_json, expected_run_args, head_monitors  # noqa: F401
-from tests.plan.fakes.fakestep import FakeState, fact_key
+from tests.plan.fakes.fakestep import FakeState, fact_key, local_digest_key
 
 # (F401: tests import H100, OS_RELEASE, OSES and container_json from here.)
 
@@ -96,7 +98,7 @@ def expected_files(
 ) -> dict[str, tuple[str, int]]:
     """path -> (content, mode) of every file rayrig puts on a host with ``data`` (and ``gpus``)."""
     s = settings.merge(data)
-    files: dict[str, tuple[str, int]] = {}
+    files: dict[str, tuple[str, int]] = {DIGEST_KEY_PATH: (local_digest_key(s), 600)}
     if FAMILY[os_name] == "apt":
         files[APT_LOCK_CONF] = (f'DPkg::Lock::Timeout "{s["base_wait_timeout_s"]}";\n', 644)
     files.update(repo_files(os_name, s))
@@ -119,7 +121,7 @@ def expected_files(
 def expected_dirs(os_name: str, data: Mapping[str, Any], *, gpus: int = 0) -> dict[str, int]:
     """path -> mode of every directory rayrig creates on a host with ``data`` (and ``gpus``)."""
     s = settings.merge(data)
-    dirs = {"/etc/docker": 755, UPLOAD_DIR: 700, s["ray_temp_dir"]: 700}
+    dirs = {"/etc/docker": 755, UPLOAD_DIR: 700, s["ray_temp_dir"]: 700, DIGEST_KEY_DIR: 700}
     if FAMILY[os_name] == "apt" and (uses_docker_repo(os_name, s["docker_source"]) or gpus):
         dirs["/etc/apt/keyrings"] = 755
     if s["docker_registry_auth"]:
@@ -161,16 +163,33 @@ def _sha1_matcher(path: str) -> str:
     return f"test -e {path} && ( sha1sum {path}"
 
 
+def _secret_matcher(path: str) -> str:
+    """Substring of ``SecretFileDigest``'s command for ``path`` (what ``put_secret_file`` reads)."""
+    return f"f={path}; k="
+
+
 fact_key(File, _stat_matcher("/etc/rayrig"), "/etc/rayrig")
 fact_key(Sha1File, _sha1_matcher("/etc/rayrig"), "/etc/rayrig")
+fact_key(SecretFileDigest, _secret_matcher("/etc/rayrig/a"), "/etc/rayrig/a", DIGEST_KEY_PATH)
 
 
-def _file_answers(files: Mapping[str, tuple[str, int]], dirs: Mapping[str, int]) -> dict[str, list[str]]:
-    """pyinfra's ``File``, ``Sha1File`` and ``Directory`` answers for ``files`` and ``dirs``."""
+def secret_file_answer(path: str, content: str | bytes, mode: int, key: str) -> dict[str, list[str]]:
+    """``SecretFileDigest``'s answer for a file at ``path`` on a host that holds the digest ``key``."""
+    text = content.decode() if isinstance(content, bytes) else content
+    return {_secret_matcher(path): [f"MODE={mode}", f"DIGEST={keyed_digest(key, text)}"]}
+
+
+def _file_answers(
+    files: Mapping[str, tuple[str, int]], dirs: Mapping[str, int], key: str | None = None
+) -> dict[str, list[str]]:
+    """pyinfra's ``File``, ``Sha1File`` and ``Directory`` answers for ``files`` and ``dirs``, and
+    with the digest ``key`` the host holds, ``SecretFileDigest``'s for every file."""
     responses = {}
     for path, (content, mode) in files.items():
         responses[_stat_matcher(path)] = [_stat_line(path, mode)]
         responses[_sha1_matcher(path)] = [f"{hashlib.sha1(content.encode()).hexdigest()}  {path}"]
+        if key is not None:
+            responses.update(secret_file_answer(path, content, mode, key))
     for path, mode in dirs.items():
         responses[_stat_matcher(path)] = [_stat_line(path, mode, "directory")]
     return responses
@@ -220,6 +239,12 @@ def _membership(
         key = fact_key(membership.RecordedMembers, f"if [ -f {membership.MEMBERS_PATH} ]")
         state.responses[key] = ["RAYRIG_MEMBERS", *record.splitlines()]
     return state
+
+
+def _digest_key_answer(files: Mapping[str, tuple[str, int]]) -> dict[str, list[str]]:
+    """What ``deploy.host.secret_files`` reads of the head's digest key (when the local one is missing)."""
+    key_file = files.get(DIGEST_KEY_PATH)
+    return {KEY_FOLLOWS: [KEY_FOLLOWS, key_file[0].strip()] if key_file else [NO_KEY]}
 
 
 def _token_answer(files: Mapping[str, tuple[str, int]]) -> dict[str, list[str]]:
@@ -297,8 +322,10 @@ def host_responses(
         responses.update(step.responses)
     responses.update(record.responses)
     responses.update(docker.config(daemon_text))
-    responses.update(_file_answers(files, dirs))
+    key = files.get(DIGEST_KEY_PATH, (None, 0))[0]
+    responses.update(_file_answers(files, dirs, key))
     responses.update(_token_answer(files))
+    responses.update(_digest_key_answer(files))
     responses.update(_package_answers(os_name, data, converged, steps, gpus))
     responses.update(docker.service(converged))
     responses.update(gpus.services())

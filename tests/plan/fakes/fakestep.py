@@ -9,6 +9,8 @@ changes fails the plan tests loudly instead of leaving the fake answering nothin
 
 from __future__ import annotations
 
+import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from shlex import quote
@@ -17,6 +19,7 @@ from typing import Any
 from pyinfra.api import FactBase, StringCommand
 from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 
+from deploy.host.secret_files import digest_key_path, read_digest_key, store_digest_key
 from deploy.run.facts import CONTAINER_STATE_FORMAT, ContainerState
 from deploy.run.units import NeedDaemonReload
 
@@ -84,3 +87,12 @@ def container_state_key(container: str) -> str:
     return fact_key(
         ContainerState, f"docker container inspect --format {quote(CONTAINER_STATE_FORMAT)} {container}", container
     )
+
+
+def local_digest_key(s: Mapping[str, Any]) -> str:
+    """The cluster's digest key on the operator's machine, for settings ``s`` (made as the deploy
+    makes it when absent): what a converged host holds and its secret files' digests are keyed by."""
+    path = digest_key_path(dict(s))
+    if not path.exists():
+        store_digest_key(path, secrets.token_hex(32))
+    return read_digest_key(path)

@@ -47,8 +47,11 @@ DIGEST_KEY_PATH = f"{DIGEST_KEY_DIR}/key"
 DIGEST_KEY_NAME = "secret_digest_key"
 #: The first line :data:`READ_KEY_COMMAND` prints: the key follows, or there is none.
 KEY_FOLLOWS, NO_KEY = "RAYRIG-DIGEST-KEY-FOLLOWS", "RAYRIG-NO-DIGEST-KEY"
-#: Reads the head's digest key (when the operator's machine has none); its output is never printed.
+#: Reads the head's digest key (when the operator's machine has none); its output is never printed. A
+#: folder it may not look into (no sudo) is an error, not "no key" (a new key would rewrite every secret file).
 READ_KEY_COMMAND = (
+    f"if [ -e {DIGEST_KEY_DIR} ] && ! [ -x {DIGEST_KEY_DIR} ]; "
+    f"then echo 'cannot look into {DIGEST_KEY_DIR}: not root and no sudo' >&2; exit 1; fi; "
     f"if [ -f {DIGEST_KEY_PATH} ]; then echo {KEY_FOLLOWS} && cat {DIGEST_KEY_PATH}; else echo {NO_KEY}; fi"
 )
 #: The global arguments that make pyinfra upload through a temp file (and run as another user).

@@ -20,7 +20,7 @@ from pyinfra.operations import files
 
 from deploy.contract import settings
 from deploy.host.ray_image import registry_config
-from deploy.host.secret_files import DIGEST_KEY_NAME
+from deploy.host.secret_files import DIGEST_KEY_DIR, DIGEST_KEY_NAME, KEY_FOLLOWS, DigestKeyError
 from deploy.ray import env_secret, ray_node
 from deploy.storage import s3
 from tests.plan.fakes.fakehosts import CPU_WORKER, GPU_WORKER, HEAD, reference_cluster, with_data
@@ -205,3 +205,17 @@ def test_the_check_finds_the_sha1_that_files_put_reads_of_a_secret_file(tmp_path
     hosts, data, _ = deploy_path("re-run", tmp_path)
     found = leaks(run_deploy(hosts), secret_values(hosts, data))
     assert "the sha1 of the token file in pyinfra's -vvv --debug output" in found
+
+
+def test_a_head_whose_key_cannot_be_read_stops_the_deploy_naming_it_and_makes_no_new_key(tmp_path):
+    hosts, data, _ = deploy_path("fresh clone", tmp_path)
+    refused = {"success": False, "stderr": [f"cannot look into {DIGEST_KEY_DIR}: not root and no sudo"]}
+    for _name, host_data in hosts:  # the head's answer to the read, in place of the converged one
+        host_data["fake_responses"] = {**host_data["fake_responses"], KEY_FOLLOWS: refused}
+    with pytest.raises(DigestKeyError) as error:
+        run_deploy(hosts)
+    assert str(error.value) == (
+        f"host {HEAD}: could not read the cluster's digest key ({DIGEST_KEY_DIR}/key) through sudo: cannot look "
+        f"into {DIGEST_KEY_DIR}: not root and no sudo. Nothing was changed on any host."
+    )
+    assert not Path(data["ray_auth_token_file"]).with_name(DIGEST_KEY_NAME).exists()

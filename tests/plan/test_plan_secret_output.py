@@ -25,6 +25,7 @@ from deploy.ray import env_secret, ray_node
 from deploy.storage import s3
 from tests.plan.fakes.fakehosts import CPU_WORKER, GPU_WORKER, HEAD, reference_cluster, with_data
 from tests.plan.harness import Run, run_deploy
+from tests.plan.test_cli_fake import run_pyinfra
 from tests.plan.test_plan_tls import certificate, with_tls_files
 
 TOKEN = "Ray-Token-Leak-0123456789abcdef"
@@ -219,3 +220,27 @@ def test_a_head_whose_key_cannot_be_read_stops_the_deploy_naming_it_and_makes_no
         f"into {DIGEST_KEY_DIR}: not root and no sudo. Nothing was changed on any host."
     )
     assert not Path(data["ray_auth_token_file"]).with_name(DIGEST_KEY_NAME).exists()
+
+
+def test_pyinfra_s_own_cli_at_vvv_debug_prints_no_checksum_of_a_converged_secret_file(tmp_path):
+    """The same, through ``pyinfra -vvv --debug`` itself (what it prints, not the harness's capture)."""
+    inventory = tmp_path / "inventory.py"
+    inventory.write_text(
+        "from tests.plan.fakes.fakehosts import cluster\n"
+        f"hosts = cluster('ubuntu22', 'converged', data={{'docker_registry_auth': {REGISTRY!r}, "
+        f"'ray_env_secret': {ENV!r}}})\n"
+    )
+    code, output = run_pyinfra(
+        inventory=str(inventory), extra=["-vvv", "--debug"], env={"RAYRIG_STATE_DIR": str(tmp_path / "state")}
+    )
+    assert code == 0, output[-3000:]
+    files = {"registry login": registry_config(REGISTRY), "secret environment": env_secret.env_file_text(ENV)}
+    printed = [
+        f"the {algorithm} of the {what}"
+        for what, content in files.items()
+        for algorithm in ("sha1", "sha256", "md5")
+        if hashlib.new(algorithm, content.encode()).hexdigest() in output
+    ]
+    printed += [value for value in (REGISTRY["password"], *ENV.values()) if value in output]
+    assert printed == []
+    assert "DIGEST=" in output and "Loaded fact" in output  # facts' output is printed

@@ -277,6 +277,11 @@ PROPERTIES: dict[str, dict[str, Any]] = {
         "pattern": _URL,
         "x-expected": "an http(s) URL",
     },
+    "docker_ce_version": {
+        "type": "string",
+        "pattern": r"^[0-9]+\.[0-9]+\.[0-9]+\Z",
+        "x-expected": 'a Docker CE version such as "28.5.2"',
+    },
     "docker_registry_mirrors": {
         "type": "array",
         "items": {"type": "string", "pattern": _URL},

@@ -85,6 +85,9 @@ DESCRIPTIONS: dict[str, str] = {
     "docker_source": 'Where the engine comes from: `"distro"`, the distribution\'s packages, or `"docker"`, '
         "Docker's repository (RHEL 9 and its rebuilds always use it).",
     "docker_repo_url": "Docker's package repository, or a mirror of it (with `docker_source = \"docker\"`).",
+    "docker_ce_version": "The Docker CE version installed from Docker's repository (`docker-ce` and `docker-ce-cli`; "
+        "with `docker_source = \"docker\"`, and on RHEL 9 and its rebuilds, which ship no Docker). A host at another "
+        "version is moved to this one, which restarts Docker and so every container on it.",
     "docker_registry_mirrors": "Registry mirrors written to `/etc/docker/daemon.json` (`registry-mirrors`).",
     "docker_insecure_registries": "Registries reached over plain HTTP (`insecure-registries`), e.g. "
         "`[\"10.0.0.5:5000\"]`; the image mirror adds its own.",

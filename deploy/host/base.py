@@ -18,6 +18,7 @@ from pyinfra.facts.rpm import RpmPackages
 from pyinfra.operations import apt, dnf, files, server
 
 from deploy.contract.settings import host_settings
+from deploy.host import repo_keys
 from deploy.host.platform import Platform, detect
 from deploy.run.facts import CloudInitRunning, HostInfo, fact
 from deploy.run.memo import run_memo
@@ -76,22 +77,36 @@ def require_https_key(setting: str, key_url: str, host_name: str) -> None:
         )
 
 
-def signed_apt_repository(what: str, key_url: str, keyring: str, list_path: str, line: str, *, setting: str) -> None:
+def signed_apt_repository(
+    what: str, key_url: str, keyring: str, list_path: str, line: str, *, setting: str, key: str
+) -> None:
     """An apt repository signed by its own key: the key in ``keyring``, ``line`` in ``list_path``.
 
     ``what`` names it in the operations, e.g. "Docker's" or "the CUDA"; ``setting`` is the data
-    key its URL comes from. The key must come over https (:func:`require_https_key`).
+    key its URL comes from; ``key`` names its fingerprints in :data:`deploy.host.repo_keys.PINNED`.
+    The key must come over https (:func:`require_https_key`) and carry a pinned fingerprint
+    (:func:`deploy.host.repo_keys.ensure_key`), checked before anything is written.
     """
     require_https_key(setting, key_url, host.name)
-    files.download(name=f"Download {what} repository key", src=key_url, dest=keyring, mode="644")
+    repo_keys.ensure_key(what, key_url, keyring, key)
     files.put(name=f"Add {what} apt repository", src=StringIO(line), dest=list_path, mode="644")
 
 
-def dnf_repository(what: str, path: str, template: str, *, setting: str, key_url: str, **values: Any) -> None:
-    """A dnf repository file at ``path`` from ``template`` filled with ``values``; its gpgkey
-    (``key_url``, from the data key ``setting``) must be https, which dnf fetches it over."""
+def dnf_repository(what: str, path: str, template: str, *, setting: str, key_url: str, key: str, **values: Any) -> None:
+    """A dnf repository file at ``path`` from ``template`` filled with ``values`` and ``gpgkey``: the local
+    copy of its key (``key_url``, from the data key ``setting``, https only), fetched and checked against
+    the fingerprints pinned as ``key`` and imported into rpm's database before the file is written, so
+    that dnf never fetches a key itself."""
     require_https_key(setting, key_url, host.name)
-    put_template(f"Add {what} dnf repository", template, path, **values)
+    local = repo_keys.rpm_key_path(key)
+    repo_keys.ensure_key(what, key_url, local, key, rpm_import=True)
+    put_template(f"Add {what} dnf repository", template, path, gpgkey=f"file://{local}", **values)
+
+
+def will_install(names: list[str] | tuple[str, ...]) -> None:
+    """Note that a step installs ``names`` in this run by its own command (not :func:`install_packages`),
+    so that later steps do not install them again."""
+    _planned().update(names)
 
 
 @deploy("Base")

@@ -2,7 +2,8 @@
 
 Ensures the engine is installed from the distribution (``docker_source =
 "distro"``) or from Docker's repository (``"docker"``, or on RHEL 9 and its
-rebuilds, which ship none), that ``/etc/docker/daemon.json`` carries rayrig's
+rebuilds, which ship none) at ``docker_ce_version``, its signing key checked
+against the fingerprint pinned in :mod:`deploy.host.repo_keys`, that ``/etc/docker/daemon.json`` carries rayrig's
 keys merged over whatever is there (keys other tools set, such as the NVIDIA
 runtime, survive), and that the service is enabled and running. Docker is
 restarted when daemon.json changed, or when the running daemon started before
@@ -20,17 +21,29 @@ from typing import Any
 from pyinfra import host
 from pyinfra.api import FactBase, deploy
 from pyinfra.api.exceptions import PyinfraError
-from pyinfra.operations import files, server, systemd
+from pyinfra.facts.deb import DebPackages
+from pyinfra.facts.rpm import RpmPackages
+from pyinfra.operations import apt, dnf, files, server, systemd
 
 from deploy.contract.settings import host_settings
 from deploy.host import image_mirror
-from deploy.host.base import dnf_repository, install_packages, platform, signed_apt_repository
+from deploy.host.base import (
+    dnf_repository,
+    install_packages,
+    missing_packages,
+    platform,
+    signed_apt_repository,
+    will_install,
+)
 from deploy.host.platform import Platform
 from deploy.run.facts import FileText, HostInfo, fact
 from deploy.run.templating import resource
 
 DAEMON_JSON = "/etc/docker/daemon.json"
 REPO_PACKAGES = ("docker-ce", "docker-ce-cli", "containerd.io", "docker-buildx-plugin")
+#: The packages ``docker_ce_version`` pins (Docker's install guide pins these two; containerd.io and
+#: the buildx plugin come at the repository's version).
+PINNED_PACKAGES = ("docker-ce", "docker-ce-cli")
 APT_KEYRING = "/etc/apt/keyrings/docker.asc"
 DNF_REPO = "/etc/yum.repos.d/docker-ce.repo"
 DNF_REPO_TEMPLATE = resource(__package__, "docker-ce.repo.j2")
@@ -134,6 +147,45 @@ def engine_packages(plat: Platform, source: str) -> tuple[tuple[str, ...], bool]
     return REPO_PACKAGES, True
 
 
+def pinned_specs(family: str, version: str) -> list[str]:
+    """``docker-ce`` and ``docker-ce-cli`` at ``version``, as apt (any epoch and build of it) or dnf takes them.
+
+    >>> pinned_specs("apt", "28.5.2"), pinned_specs("dnf", "28.5.2")
+    (['docker-ce=5:28.5.2-*', 'docker-ce-cli=5:28.5.2-*'], ['docker-ce-28.5.2', 'docker-ce-cli-28.5.2'])
+    """
+    if family == "apt":
+        return [f"{name}=5:{version}-*" for name in PINNED_PACKAGES]
+    return [f"{name}-{version}" for name in PINNED_PACKAGES]
+
+
+def pinned_current(installed: dict[str, Any], version: str) -> bool:
+    """Whether ``docker-ce`` and ``docker-ce-cli`` are installed at ``version`` (package fact: name -> versions,
+    apt's "5:28.5.2-1~ubuntu.22.04~jammy", rpm's "28.5.2-1.el9")."""
+
+    def at(found: Any) -> bool:
+        return str(found).rpartition(":")[2].startswith(f"{version}-")
+
+    return all(any(at(v) for v in installed.get(name) or ()) for name in PINNED_PACKAGES)
+
+
+def _install_from_repo(plat: Platform, packages: tuple[str, ...], version: str) -> None:
+    """Install ``packages`` from Docker's repository, ``docker-ce`` and its CLI at ``version`` (the others only
+    when missing): also when they are there at another version."""
+    installed = fact(host, DebPackages if plat.family == "apt" else RpmPackages) or {}
+    others = missing_packages([name for name in packages if name not in PINNED_PACKAGES])
+    if pinned_current(installed, version):
+        install_packages(others, "Install the Docker engine")
+        return
+    will_install(packages)
+    specs = [*pinned_specs(plat.family, version), *others]
+    if plat.family == "apt":
+        apt.packages(
+            name="Install the Docker engine", packages=specs, update=True, no_recommends=True, allow_downgrades=True
+        )
+    else:
+        dnf.packages(name="Install the Docker engine", packages=specs)
+
+
 def _docker_repository(plat: Platform, repo_url: str) -> None:
     base = f"{repo_url.rstrip('/')}/{plat.docker_repo_path}"
     if plat.family == "apt":
@@ -146,11 +198,13 @@ def _docker_repository(plat: Platform, repo_url: str) -> None:
             list_path="/etc/apt/sources.list.d/docker.list",
             line=f"deb [arch={arch} signed-by={APT_KEYRING}] {base} {plat.codename} stable\n",
             setting="docker_repo_url",
+            key="docker-deb",
         )
     else:
         dnf_repository(
-            "Docker's", DNF_REPO, DNF_REPO_TEMPLATE, setting="docker_repo_url", key_url=f"{base}/gpg", base=base
-        )
+            "Docker's", DNF_REPO, DNF_REPO_TEMPLATE, setting="docker_repo_url", key_url=f"{base}/gpg", key="docker-rpm",
+            base=base,
+        )  # fmt: skip
 
 
 def distro_packages() -> tuple[str, ...]:
@@ -174,7 +228,10 @@ def docker() -> None:
     if image_mirror.runs_mirror(host):
         image_mirror.check_mirror_host(plat.family)
         packages = (*packages, *image_mirror.PACKAGES)  # one package transaction for both
-    install_packages(packages, "Install the Docker engine")
+    if from_repo:
+        _install_from_repo(plat, packages, settings["docker_ce_version"])
+    else:
+        install_packages(packages, "Install the Docker engine")
 
     current = parse_daemon_config(fact(host, FileText, DAEMON_JSON))
     if mirror is not None:  # the head's mirror answers plain HTTP on the cluster's network

@@ -45,6 +45,7 @@ from pyinfra.operations.util import any_changed
 from deploy.contract.settings import host_settings
 from deploy.host.base import dnf_repository, platform, signed_apt_repository
 from deploy.host.docker import DAEMON_JSON, merge_daemon_config, parse_daemon_config
+from deploy.host.epel import ensure_epel
 from deploy.host.platform import Platform
 from deploy.ray.ray_node import gpus_option, resolve_num_gpus
 from deploy.run.facts import FileText, HostInfo, NvidiaDevices, fact
@@ -87,6 +88,7 @@ class NvidiaOs:
     driver_package: str  # a package installed with the driver: present means "installed, maybe not loaded"
     fabricmanager: str  # the Fabric Manager package
     fabricmanager_from_cuda: bool  # Fabric Manager comes from the CUDA repository
+    needs_epel: bool = False  # the driver's DKMS comes from EPEL (deploy.host.epel), added first
 
 
 _APT = "DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends"
@@ -108,11 +110,12 @@ _UBUNTU = dict(
     fabricmanager_from_cuda=False,
 )
 # RHEL 9 family and Amazon Linux 2023: the driver's DKMS module stream from the CUDA
-# repository. DKMS comes from EPEL on the RHEL 9 family (`crb` ships with epel-release; on
-# RHEL itself EPEL must already be reachable). Uncertain: NVIDIA's newest guides (580+)
-# prefer the "-open" streams; "{branch}-dkms" is the proprietary module, which also
-# drives pre-Turing GPUs. The Fabric Manager package of the 550+ branches in the rhel9 and
-# amzn2023 repositories is "nvidia-fabric-manager" (older branches: "nvidia-fabricmanager-{branch}").
+# repository. DKMS comes from EPEL on the RHEL 9 family (`crb` ships with epel-release), which
+# deploy.host.epel adds verified (Rocky/Alma: their extras; RHEL: Fedora's package, its key
+# pinned). Uncertain: NVIDIA's newest guides (580+) prefer the "-open" streams; "{branch}-dkms"
+# is the proprietary module, which also drives pre-Turing GPUs. The Fabric Manager package of
+# the 550+ branches in the rhel9 and amzn2023 repositories is "nvidia-fabric-manager" (older
+# branches: "nvidia-fabricmanager-{branch}").
 _DNF_DRIVER = "dnf module install -y nvidia-driver:{branch}-dkms"
 
 NVIDIA_OS: dict[str, NvidiaOs] = {
@@ -138,7 +141,6 @@ NVIDIA_OS: dict[str, NvidiaOs] = {
         cuda_key="D42D0685.pub",
         driver_from_cuda=True,
         driver_install=(
-            "dnf install -y epel-release",
             "crb enable",
             "dnf install -y kernel-devel-matched kernel-headers",
             _DNF_DRIVER,
@@ -146,6 +148,7 @@ NVIDIA_OS: dict[str, NvidiaOs] = {
         driver_package="nvidia-driver",
         fabricmanager="nvidia-fabric-manager",
         fabricmanager_from_cuda=True,
+        needs_epel=True,
     ),
     "amzn2023": NvidiaOs(
         cuda_dir="amzn2023",
@@ -208,8 +211,8 @@ def toolkit_apt_source(repo_url: str) -> str:
 
 
 def toolkit_dnf_values(repo_url: str) -> dict[str, str]:
-    """What ``nvidia-container-toolkit.repo.j2`` says: the toolkit's dnf repository, as NVIDIA's
-    nvidia-container-toolkit.repo has it."""
+    """What ``nvidia-container-toolkit.repo.j2`` says besides ``gpgkey`` (the local copy of the checked
+    key): the toolkit's dnf repository, as NVIDIA's nvidia-container-toolkit.repo has it."""
     return {"base": repo_url.rstrip("/")}
 
 
@@ -230,10 +233,10 @@ def cuda_apt_list(nos: NvidiaOs, arch: str) -> str:
 
 
 def cuda_dnf_values(repo_url: str, nos: NvidiaOs, arch: str) -> dict[str, str]:
-    """What ``cuda.repo.j2`` says: the CUDA repository for dnf, as NVIDIA's cuda-<os>.repo has it
-    (the URL from data)."""
+    """What ``cuda.repo.j2`` says besides ``gpgkey`` (the local copy of the checked key): the CUDA
+    repository for dnf, as NVIDIA's cuda-<os>.repo has it (the URL from data)."""
     section = f"cuda-{nos.cuda_dir}-{CUDA_ARCH.get(arch, arch)}"
-    return {"section": section, "base": cuda_repo_base(repo_url, nos, arch), "key": nos.cuda_key}
+    return {"section": section, "base": cuda_repo_base(repo_url, nos, arch)}
 
 
 def cuda_dnf_repo_path(nos: NvidiaOs) -> str:
@@ -328,13 +331,13 @@ def _cuda_repository(plat: Platform, nos: NvidiaOs, repo_url: str) -> None:
             list_path=cuda_apt_list(nos, arch),
             line=cuda_apt_source(repo_url, nos, arch),
             setting="nvidia_cuda_repo_url",
+            key="cuda-deb",
         )
     else:
         values = cuda_dnf_values(repo_url, nos, arch)
-        key_url = f"{values['base']}/{values['key']}"
         dnf_repository(
-            "the CUDA", cuda_dnf_repo_path(nos), CUDA_DNF_TEMPLATE, setting="nvidia_cuda_repo_url", key_url=key_url,
-            **values,
+            "the CUDA", cuda_dnf_repo_path(nos), CUDA_DNF_TEMPLATE, setting="nvidia_cuda_repo_url",
+            key_url=f"{values['base']}/{nos.cuda_key}", key="cuda-rpm", **values,
         )  # fmt: skip
 
 
@@ -343,6 +346,8 @@ def _driver(plat: Platform, nos: NvidiaOs, settings: dict[str, Any], installed: 
     branch = settings["nvidia_driver_branch"]
     ops = []
     if nos.driver_package.replace("{branch}", branch) not in installed:
+        if nos.needs_epel:
+            ensure_epel("for the NVIDIA driver's DKMS")
         ops.append(server.shell(name=f"Install the NVIDIA {branch} driver", commands=driver_commands(nos, branch)))
     if not settings["nvidia_allow_reboot"]:
         logger.warning(f"{host.name}: the NVIDIA driver needs a reboot to load; nvidia_allow_reboot is false")
@@ -389,12 +394,14 @@ def _toolkit(plat: Platform, settings: dict[str, Any], installed: dict[str, Any]
             list_path=TOOLKIT_APT_LIST,
             line=toolkit_apt_source(url),
             setting="nvidia_toolkit_repo_url",
+            key="nvidia-container-toolkit",
         )
     else:
         values = toolkit_dnf_values(url)
         dnf_repository(
             "the NVIDIA Container Toolkit", TOOLKIT_DNF_REPO, TOOLKIT_DNF_TEMPLATE,
-            setting="nvidia_toolkit_repo_url", key_url=f"{values['base']}/gpgkey", **values,
+            setting="nvidia_toolkit_repo_url", key_url=f"{values['base']}/gpgkey", key="nvidia-container-toolkit",
+            **values,
         )  # fmt: skip
     if toolkit_current(installed, version):
         return []

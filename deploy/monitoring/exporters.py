@@ -25,14 +25,14 @@ from deploy.contract.ports import exporter_ports
 from deploy.contract.settings import host_settings, node_address, present_hosts
 from deploy.firewall import nftables
 from deploy.host import image_mirror
-from deploy.host.base import install_packages, missing_packages, platform
+from deploy.host.base import missing_packages, platform
+from deploy.host.epel import ensure_epel
 from deploy.host.platform import Platform, detect
 from deploy.host.ray_image import DOCKER_CONFIG_DIR, pull_command
 from deploy.ray.ray_node import resolve_num_gpus, wait_for_port_command
 from deploy.run.facts import DockerImageId, FileText, HostInfo, NvidiaDevices, fact
 from deploy.run.templating import put_template, render, resource
 from deploy.run.units import NeedDaemonReload, daemon_reload
-from deploy.storage.s3 import EPEL_RHEL_URL
 
 NODE_UNIT = "rayrig-node-exporter"
 GPU_UNIT = "rayrig-gpu-exporter"
@@ -312,13 +312,8 @@ def _keep_running(service: str, desired: list[str], changed: list[Any], port: in
 def _package_node_exporter(package: NodeExporterPackage, plat: Platform, settings: dict[str, Any], listen: str) -> None:
     installs = []
     if missing_packages([package.package]):
-        if package is EPEL_PACKAGE and missing_packages(["epel-release"]):
-            if plat.id == "rhel":
-                server.shell(
-                    name="Add the EPEL repository (for the node exporter)", commands=[f"dnf install -y {EPEL_RHEL_URL}"]
-                )
-            else:
-                install_packages(["epel-release"], "Add the EPEL repository (for the node exporter)")
+        if package is EPEL_PACKAGE:
+            ensure_epel("for the node exporter")
         # Recorded first: a run cut short after the install still knows the package is rayrig's.
         files.put(
             name="Record that rayrig installs the node exporter package",

@@ -16,6 +16,7 @@ from pyinfra.operations import files, server
 
 from deploy.contract.settings import host_settings
 from deploy.host.base import install_packages, missing_packages, platform
+from deploy.host.epel import ensure_epel
 from deploy.host.platform import Platform
 from deploy.run.facts import HostInfo, fact
 from deploy.storage.mount_units import MARKER, UNIT_DIR, MountTable, mount_unit_name, remove_commands
@@ -29,7 +30,6 @@ from deploy.storage.nfs import (
 )
 from deploy.storage.s3 import (
     CREDENTIALS_DIR,
-    EPEL_RHEL_URL,
     MOUNTPOINT_PACKAGE,
     check_credentials,
     mountpoint_install_command,
@@ -100,10 +100,7 @@ def _packages(plat: Platform, settings: dict[str, Any], is_server: bool, drivers
         wanted += NFS_CLIENT_PACKAGES[plat.family]
     if "s3fs" in drivers:
         if plat.family == "dnf" and missing_packages(["s3fs-fuse"]):
-            if plat.id == "rhel" and missing_packages(["epel-release"]):
-                server.shell(name="Add the EPEL repository (for s3fs)", commands=[f"dnf install -y {EPEL_RHEL_URL}"])
-            else:
-                install_packages(["epel-release"], "Add the EPEL repository (for s3fs)")
+            ensure_epel("for s3fs")
         wanted += s3fs_packages(plat)
     install_packages(list(dict.fromkeys(wanted)), "Install the shared-storage packages")
     if "mountpoint-s3" in drivers and missing_packages([MOUNTPOINT_PACKAGE]):

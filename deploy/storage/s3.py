@@ -41,7 +41,6 @@ CREDENTIALS_DIR = "/etc/rayrig/s3"
 S3FS_UMASK = "0022"  # read-only mounts: every user (and ray-node's, whichever it is) reads
 S3FS_UMASK_WRITABLE = "0000"  # writable mounts: every user writes too; the bucket's credentials are the gate
 
-EPEL_RHEL_URL = "https://dl.fedoraproject.org/pub/epel/epel-release-latest-9.noarch.rpm"
 MOUNTPOINT_PACKAGE = "mount-s3"
 MOUNTPOINT_BIN = "/usr/bin/mount-s3"
 MOUNTPOINT_ARCH = {"x86_64": "x86_64", "aarch64": "arm64"}

@@ -69,6 +69,7 @@ ray_tls_ca_validity_days = 3650  # how long the cluster's CA lasts (a new CA: `r
 # --- Docker ----------------------------------------------------------------
 docker_source = "distro"  # where the engine comes from: "distro" packages or Docker's "docker" repository
 docker_repo_url = "https://download.docker.com/linux"  # Docker's repository (or a mirror of it)
+docker_ce_version = "28.5.2"  # Docker CE from Docker's repository, pinned (docker-ce, docker-ce-cli)
 docker_registry_mirrors = []  # registry mirrors written to daemon.json
 docker_insecure_registries = []  # registries reached over plain HTTP, e.g. ["10.0.0.5:5000"]
 docker_log_opts = {"max-size": "100m", "max-file": "3"}  # json-file log rotation in daemon.json

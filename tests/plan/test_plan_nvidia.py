@@ -17,6 +17,7 @@ from pyinfra.connectors.fake import FakeConnector
 
 from deploy.host.nvidia import NvidiaDriverMissing
 from deploy.ray.ray_node import GpuCountError
+from tests.plan.fakes.fake_repo_keys import KeyFetch, key_fetch
 from tests.plan.fakes.fakehosts import (
     CPU_WORKER,
     GPU_WORKER,
@@ -54,7 +55,7 @@ DNF_TOOLKIT_REPO = (
     "repo_gpgcheck=1\n"
     "gpgcheck=0\n"
     "enabled=1\n"
-    f"gpgkey={TOOLKIT}/gpgkey\n"
+    "gpgkey=file:///etc/pki/rpm-gpg/RPM-GPG-KEY-rayrig-nvidia-container-toolkit\n"
     "sslverify=1\n"
     "sslcacert=/etc/pki/tls/certs/ca-bundle.crt\n"
 )
@@ -89,7 +90,6 @@ EXPECT = {
         "family": "dnf",
         "cuda": ("/etc/yum.repos.d/cuda-rhel9.repo", "rhel9", "D42D0685.pub"),
         "driver": [
-            "dnf install -y epel-release",
             "crb enable",
             "dnf install -y kernel-devel-matched kernel-headers",
             "dnf module install -y nvidia-driver:550-dkms",
@@ -165,11 +165,10 @@ def test_gpu_host_gets_the_pinned_toolkit_from_nvidias_signed_repository(with_dr
     os_name, run = with_driver
     host = run[GPU_WORKER]
     install = host.op("Install the NVIDIA Container Toolkit 1.17.8").commands
+    fetch = key_fetch(host.op("Download the NVIDIA Container Toolkit repository key").commands)
+    assert (fetch.url, fetch.fingerprints) == (f"{TOOLKIT}/gpgkey", ("C95B321B61E88C1809C4F759DDCAE044F796ECB0",))
     if EXPECT[os_name]["family"] == "apt":
-        download = host.op("Download the NVIDIA Container Toolkit repository key").commands
-        assert f"curl -sSLf {TOOLKIT}/gpgkey -o " in download[0]
-        assert download[1].startswith("mv ")
-        assert download[1].endswith(" /etc/apt/keyrings/nvidia-container-toolkit-keyring.asc")
+        assert fetch.dest == "/etc/apt/keyrings/nvidia-container-toolkit-keyring.asc" and not fetch.rpm_import
         assert host.op("Add the NVIDIA Container Toolkit apt repository").uploads == {
             "/etc/apt/sources.list.d/nvidia-container-toolkit.list": (
                 "deb [signed-by=/etc/apt/keyrings/nvidia-container-toolkit-keyring.asc] "
@@ -179,6 +178,7 @@ def test_gpu_host_gets_the_pinned_toolkit_from_nvidias_signed_repository(with_dr
         assert install == APT_TOOLKIT
         repo_op = "Add the NVIDIA Container Toolkit apt repository"
     else:
+        assert fetch.dest == "/etc/pki/rpm-gpg/RPM-GPG-KEY-rayrig-nvidia-container-toolkit" and fetch.rpm_import
         assert host.op("Add the NVIDIA Container Toolkit dnf repository").uploads == {
             "/etc/yum.repos.d/nvidia-container-toolkit.repo": DNF_TOOLKIT_REPO
         }
@@ -186,7 +186,8 @@ def test_gpu_host_gets_the_pinned_toolkit_from_nvidias_signed_repository(with_dr
         assert not any("apt" in c for c in host.commands)
         repo_op = "Add the NVIDIA Container Toolkit dnf repository"
     names = nvidia_ops(host)
-    assert names.index(repo_op) < names.index("Install the NVIDIA Container Toolkit 1.17.8")
+    key_op = "Download the NVIDIA Container Toolkit repository key and check its fingerprint"
+    assert names.index(key_op) < names.index(repo_op) < names.index("Install the NVIDIA Container Toolkit 1.17.8")
 
 
 def test_gpu_host_registers_the_runtime_and_restarts_docker_after_it(with_driver):
@@ -372,16 +373,23 @@ def test_cuda_repository_for_the_driver_comes_from_data(os_name):
     host = run_deploy(gpu_cluster(os_name, data=data, driver=False))[GPU_WORKER]
     path, directory, key = EXPECT[os_name]["cuda"]
     base = f"https://mirror.lab.example/cuda/repos/{directory}/x86_64"
+    fetch = key_fetch(host.op("Download the CUDA repository key").commands)
+    assert fetch.url == f"{base}/{key}"
     if EXPECT[os_name]["family"] == "apt":
         assert host.uploads[path] == f"deb [signed-by=/etc/apt/keyrings/cuda-archive-keyring.asc] {base}/ /\n"
-        download = host.op("Download the CUDA repository key").commands
-        assert f"curl -sSLf {base}/{key} -o " in download[0]
-        assert download[1].endswith(" /etc/apt/keyrings/cuda-archive-keyring.asc")
+        assert fetch == KeyFetch(
+            f"{base}/{key}",
+            "/etc/apt/keyrings/cuda-archive-keyring.asc",
+            False,
+            ("EB693B3035CD5710E231E123A4B469963BF863CC",),
+        )
     else:
         section = f"cuda-{directory}-x86_64"
+        local = "/etc/pki/rpm-gpg/RPM-GPG-KEY-rayrig-cuda-rpm"
         assert host.uploads[path] == (
-            f"[{section}]\nname={section}\nbaseurl={base}\nenabled=1\ngpgcheck=1\ngpgkey={base}/{key}\n"
+            f"[{section}]\nname={section}\nbaseurl={base}\nenabled=1\ngpgcheck=1\ngpgkey=file://{local}\n"
         )
+        assert fetch == KeyFetch(f"{base}/{key}", local, True, ("610C7B14E068A878070DA4E99CD0A493D42D0685",))
     assert not any("developer.download.nvidia.com" in c for c in host.commands + list(host.uploads.values()))
 
 

@@ -8,7 +8,9 @@ import shlex
 
 import pytest
 
+from deploy.contract.schema import validate_host
 from deploy.host.ray_image import start_pull_command
+from tests.plan.fakes.fake_repo_keys import KeyFetch, key_fetch
 from tests.plan.fakes.fakehosts import (
     CPU_WORKER,
     GPU_WORKER,
@@ -21,12 +23,14 @@ from tests.plan.fakes.fakehosts import (
 from tests.plan.harness import HostRun, run_deploy
 
 IMAGE = "rayproject/ray:2.60.0-py311-gpu"
-DOCKER_CE = ["docker-ce", "docker-ce-cli", "containerd.io", "docker-buildx-plugin"]
+#: Docker CE from Docker's repository: the engine and its CLI at docker_ce_version's default.
+DNF_DOCKER_CE = ["docker-ce-28.5.2", "docker-ce-cli-28.5.2", "containerd.io", "docker-buildx-plugin"]
+APT_DOCKER_CE = ["docker-ce=5:28.5.2-*", "docker-ce-cli=5:28.5.2-*", "containerd.io", "docker-buildx-plugin"]
 EXPECT = {
     "ubuntu22": {"family": "apt", "base": ["ca-certificates", "curl", "gnupg"], "engine": ["docker.io"]},
     "ubuntu24": {"family": "apt", "base": ["ca-certificates", "curl", "gnupg"], "engine": ["docker.io"]},
     "debian12": {"family": "apt", "base": ["ca-certificates", "curl", "gnupg"], "engine": ["docker.io"]},
-    "rocky9": {"family": "dnf", "base": ["ca-certificates", "curl", "gnupg2"], "engine": DOCKER_CE},
+    "rocky9": {"family": "dnf", "base": ["ca-certificates", "curl", "gnupg2"], "engine": DNF_DOCKER_CE},
     "al2023": {"family": "dnf", "base": ["ca-certificates", "curl-minimal", "gnupg2-minimal"], "engine": ["docker"]},
 }
 #: ray start flag of every ray_ports entry (the head listens on all; workers dial gcs in --address).
@@ -185,9 +189,20 @@ def test_docker_repository_only_where_the_distro_ships_no_docker(fresh):
         repo = host.op("Add Docker's dnf repository").uploads["/etc/yum.repos.d/docker-ce.repo"]
         assert "baseurl=https://download.docker.com/linux/centos/$releasever/$basearch/stable\n" in repo
         assert "gpgcheck=1\n" in repo
-        assert "gpgkey=https://download.docker.com/linux/centos/gpg\n" in repo
+        assert "gpgkey=file:///etc/pki/rpm-gpg/RPM-GPG-KEY-rayrig-docker-rpm\n" in repo
+        fetch = key_fetch(host.op("Download Docker's repository key").commands)
+        assert fetch == KeyFetch(
+            "https://download.docker.com/linux/centos/gpg",
+            "/etc/pki/rpm-gpg/RPM-GPG-KEY-rayrig-docker-rpm",
+            True,
+            ("060A61C51B558A7F742B77AAC52FEB6B621E9F35",),
+        )
         names = [op.name for op in host.ops]
-        assert names.index("Docker | Add Docker's dnf repository") < names.index("Docker | Install the Docker engine")
+        key, repo_op = (
+            "Docker | Download Docker's repository key and check its fingerprint",
+            "Docker | Add Docker's dnf repository",
+        )
+        assert names.index(key) < names.index(repo_op) < names.index("Docker | Install the Docker engine")
     else:
         assert not host.has_op("Docker's .* repository")
         assert not any(p.startswith(("/etc/yum.repos.d", "/etc/apt/sources.list.d")) for p in host.uploads)
@@ -234,17 +249,23 @@ def test_docker_source_docker_adds_the_signed_apt_repository(os_name):
     host = run[CPU_WORKER]
     codename = {"ubuntu22": "jammy", "ubuntu24": "noble", "debian12": "bookworm"}[os_name]
     path = "ubuntu" if os_name.startswith("ubuntu") else "debian"
-    download = host.op("Download Docker's repository key").commands
-    assert any(f"https://download.docker.com/linux/{path}/gpg" in c for c in download)
-    assert any(c.endswith(" /etc/apt/keyrings/docker.asc") and c.startswith("mv ") for c in download)
+    fetch = key_fetch(host.op("Download Docker's repository key").commands)
+    assert fetch == KeyFetch(
+        f"https://download.docker.com/linux/{path}/gpg",
+        "/etc/apt/keyrings/docker.asc",
+        False,
+        ("9DC858229FC7DD38854AE2D88D81803C0EBFCD88",),
+    )
     assert host.op("Add Docker's apt repository").uploads == {
         "/etc/apt/sources.list.d/docker.list": (
             f"deb [arch=amd64 signed-by=/etc/apt/keyrings/docker.asc] https://download.docker.com/linux/{path} "
             f"{codename} stable\n"
         )
     }
-    assert installed(host, "Install the Docker engine") == DOCKER_CE
+    assert installed(host, "Install the Docker engine") == APT_DOCKER_CE
     names = [op.name for op in host.changes]
+    key = "Docker | Download Docker's repository key and check its fingerprint"
+    assert names.index(key) < names.index("Docker | Add Docker's apt repository")
     assert names.index("Docker | Add Docker's apt repository") < names.index("Docker | Install the Docker engine")
     # The index is refreshed after the repository is added, in the install operation itself.
     assert host.op("Install the Docker engine").commands[0] == "apt-get update"
@@ -287,3 +308,25 @@ def test_shm_and_open_files_follow_the_host():
     assert flags(docker, "--ulimit") == ["nofile=20000:20000"]
     docker, _ray = split_container(run[CPU_WORKER])
     assert flags(docker, "--ulimit") == ["nofile=65536:65536"]
+
+
+@pytest.mark.parametrize("os_name", ["ubuntu22", "rocky9"])
+def test_a_new_docker_ce_version_moves_the_engine_and_its_cli_to_it(os_name):
+    # A converged cluster at the default version, and the data asking for another one.
+    hosts = reference_cluster(os_name, "converged", data={"docker_source": "docker"})
+    for _name, data in hosts:
+        data["docker_ce_version"] = "27.5.1"
+    host = run_deploy(hosts)[CPU_WORKER]
+    if os_name == "rocky9":
+        assert installed(host, "Install the Docker engine") == ["docker-ce-27.5.1", "docker-ce-cli-27.5.1"]
+    else:
+        assert installed(host, "Install the Docker engine") == ["docker-ce=5:27.5.1-*", "docker-ce-cli=5:27.5.1-*"]
+        assert "--allow-downgrades" in host.op("Install the Docker engine").commands[-1]
+    assert not host.has_op(r"Download Docker's repository key")  # the key in place is the pinned one
+
+
+def test_docker_ce_version_must_be_a_version():
+    problems = validate_host("gpu-01", {"docker_ce_version": "28.5"})
+    assert [str(p) for p in problems] == [
+        "host gpu-01: docker_ce_version = '28.5': expected a Docker CE version such as \"28.5.2\""
+    ]

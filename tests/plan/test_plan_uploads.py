@@ -8,6 +8,7 @@ import pytest
 from deploy.host.secret_files import UPLOAD_DIR_NAME
 from deploy.ray import auth
 from deploy.storage.s3 import CREDENTIALS_DIR
+from tests.plan.fakes.fake_repo_keys import key_fetch
 from tests.plan.fakes.fakehosts import HEAD, OSES, UPLOAD_DIR, reference_cluster
 from tests.plan.harness import run_deploy
 
@@ -54,10 +55,10 @@ def test_a_converged_host_with_sudo_plans_nothing_for_its_upload_directory(os_na
 
 
 def test_a_host_reached_as_root_gets_the_directory_too_and_no_command_names_a_temp_file_in_tmp():
-    # Without sudo, files.download still fetches repository keys into a temp file, as root.
     run = run_deploy(reference_cluster("debian12", data={"docker_source": "docker"}))
     for host in run.hosts.values():
         assert host.has_op("Create the private upload directory")
         assert not host.commands_matching(r"/tmp/pyinfra-")
-        [key] = host.commands_matching(r"^\( curl -sSLf https://download.docker.com/linux/debian/gpg ")
-        assert f" -o {UPLOAD_DIR}/pyinfra-" in key
+        # Repository keys are fetched by fetch-key.sh into a folder of its own (mktemp -d: 0700, root's).
+        fetch = key_fetch(host.op("Download Docker's repository key").commands)
+        assert fetch.url == "https://download.docker.com/linux/debian/gpg"

@@ -104,9 +104,10 @@ def test_toolkit_repositories_follow_the_url_from_data():
         "deb [signed-by=/etc/apt/keyrings/nvidia-container-toolkit-keyring.asc] "
         "http://mirror.lab/libnvidia-container/stable/deb/$(ARCH) /\n"
     )
-    repo = render(nvidia.TOOLKIT_DNF_TEMPLATE, **nvidia.toolkit_dnf_values(mirror))
+    local = "file:///etc/pki/rpm-gpg/RPM-GPG-KEY-rayrig-nvidia-container-toolkit"
+    repo = render(nvidia.TOOLKIT_DNF_TEMPLATE, gpgkey=local, **nvidia.toolkit_dnf_values(mirror))
     assert "baseurl=http://mirror.lab/libnvidia-container/stable/rpm/$basearch\n" in repo
-    assert "gpgkey=http://mirror.lab/libnvidia-container/gpgkey\n" in repo
+    assert f"gpgkey={local}\n" in repo  # the checked copy: dnf fetches no key itself
     assert "repo_gpgcheck=1\n" in repo and "enabled=1\n" in repo
 
 
@@ -121,13 +122,14 @@ def test_cuda_repository_per_os_and_architecture():
     )
     assert nvidia.cuda_apt_list(ubuntu, "aarch64") == "/etc/apt/sources.list.d/cuda-ubuntu2204-sbsa.list"
     rhel = nvidia.NVIDIA_OS["rhel9"]
-    assert render(nvidia.CUDA_DNF_TEMPLATE, **nvidia.cuda_dnf_values(url + "/", rhel, "x86_64")) == (
+    local = "file:///etc/pki/rpm-gpg/RPM-GPG-KEY-rayrig-cuda-rpm"
+    assert render(nvidia.CUDA_DNF_TEMPLATE, gpgkey=local, **nvidia.cuda_dnf_values(url + "/", rhel, "x86_64")) == (
         "[cuda-rhel9-x86_64]\n"
         "name=cuda-rhel9-x86_64\n"
         f"baseurl={url}/rhel9/x86_64\n"
         "enabled=1\n"
         "gpgcheck=1\n"
-        f"gpgkey={url}/rhel9/x86_64/D42D0685.pub\n"
+        f"gpgkey={local}\n"
     )
     assert nvidia.cuda_dnf_repo_path(nvidia.NVIDIA_OS["amzn2023"]) == "/etc/yum.repos.d/cuda-amzn2023.repo"
 

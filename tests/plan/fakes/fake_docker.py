@@ -24,10 +24,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from deploy.host.docker import DAEMON_JSON, DockerDaemon, merge_daemon_config
+from deploy.host.docker import DAEMON_JSON, PINNED_PACKAGES, DockerDaemon, merge_daemon_config
+from deploy.host.repo_keys import rpm_key_path
 from deploy.run.facts import FileText
 from tests.plan.fakes.fake_nvidia import NVIDIA_RUNTIME
 from tests.plan.fakes.fake_os import CODENAME, FAMILY
+from tests.plan.fakes.fake_repo_keys import FAKE_KEY
 from tests.plan.fakes.fakestep import fact_key, systemd_unit
 
 DOCKER_CE = ("docker-ce", "docker-ce-cli", "containerd.io", "docker-buildx-plugin")
@@ -115,7 +117,7 @@ def repo_files(os_name: str, s: Mapping[str, Any]) -> dict[str, tuple[str, int]]
     base = f"{s['docker_repo_url'].rstrip('/')}/{DOCKER_REPO_PATH[os_name]}"
     if FAMILY[os_name] == "apt":
         return {
-            APT_KEYRING: ("-----BEGIN PGP PUBLIC KEY BLOCK-----\n", 644),
+            APT_KEYRING: (FAKE_KEY, 644),
             APT_DOCKER_LIST: (f"deb [arch=amd64 signed-by={APT_KEYRING}] {base} {CODENAME[os_name]} stable\n", 644),
         }
     repo = (
@@ -124,6 +126,16 @@ def repo_files(os_name: str, s: Mapping[str, Any]) -> dict[str, tuple[str, int]]
         f"baseurl={base}/$releasever/$basearch/stable\n"
         "enabled=1\n"
         "gpgcheck=1\n"
-        f"gpgkey={base}/gpg\n"
+        f"gpgkey=file://{rpm_key_path('docker-rpm')}\n"
     )
-    return {DNF_DOCKER_REPO: (repo, 644)}
+    return {DNF_DOCKER_REPO: (repo, 644), rpm_key_path("docker-rpm"): (FAKE_KEY, 644)}
+
+
+def engine_versions(os_name: str, s: Mapping[str, Any]) -> dict[str, str]:
+    """The versions of the pinned Docker CE packages on a converged host (merged settings ``s``), as the
+    package fact lists them: ``docker_ce_version``, with apt's epoch and build."""
+    if not uses_docker_repo(os_name, s["docker_source"]):
+        return {}
+    version = s["docker_ce_version"]
+    found = f"5:{version}-1~{os_name}~{CODENAME[os_name]}" if FAMILY[os_name] == "apt" else f"{version}-1.el9"
+    return {name: found for name in PINNED_PACKAGES}

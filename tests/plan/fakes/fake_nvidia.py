@@ -26,8 +26,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from deploy.contract import settings
+from deploy.host.repo_keys import rpm_key_path
 from deploy.run.facts import NvidiaDevices
 from tests.plan.fakes.fake_os import FAMILY
+from tests.plan.fakes.fake_repo_keys import FAKE_KEY
 from tests.plan.fakes.fakestep import fact_key, systemd_unit
 
 H100 = "NVIDIA H100 80GB HBM3, 550.54.15, 81559"
@@ -135,7 +137,7 @@ def nvidia_files(
     files: dict[str, tuple[str, int]] = {}
     toolkit = s["nvidia_toolkit_repo_url"].rstrip("/")
     if FAMILY[os_name] == "apt":
-        files[TOOLKIT_KEYRING] = ("-----BEGIN PGP PUBLIC KEY BLOCK-----\n", 644)
+        files[TOOLKIT_KEYRING] = (FAKE_KEY, 644)
         files[TOOLKIT_APT_LIST] = (f"deb [signed-by={TOOLKIT_KEYRING}] {toolkit}/stable/deb/$(ARCH) /\n", 644)
     else:
         files[TOOLKIT_DNF_REPO] = (
@@ -145,16 +147,17 @@ def nvidia_files(
             "repo_gpgcheck=1\n"
             "gpgcheck=0\n"
             "enabled=1\n"
-            f"gpgkey={toolkit}/gpgkey\n"
+            f"gpgkey=file://{rpm_key_path('nvidia-container-toolkit')}\n"
             "sslverify=1\n"
             "sslcacert=/etc/pki/tls/certs/ca-bundle.crt\n",
             644,
         )
+        files[rpm_key_path("nvidia-container-toolkit")] = (FAKE_KEY, 644)
     if uses_cuda_repo(os_name, data, driver, nvswitches):
-        directory, key = CUDA_REPO[os_name]
+        directory, _key = CUDA_REPO[os_name]
         base = f"{s['nvidia_cuda_repo_url'].rstrip('/')}/{directory}/x86_64"
         if FAMILY[os_name] == "apt":
-            files[CUDA_KEYRING] = ("-----BEGIN PGP PUBLIC KEY BLOCK-----\n", 644)
+            files[CUDA_KEYRING] = (FAKE_KEY, 644)
             files[f"/etc/apt/sources.list.d/cuda-{directory}-x86_64.list"] = (
                 f"deb [signed-by={CUDA_KEYRING}] {base}/ /\n",
                 644,
@@ -162,9 +165,10 @@ def nvidia_files(
         else:
             files[f"/etc/yum.repos.d/cuda-{directory}.repo"] = (
                 f"[cuda-{directory}-x86_64]\nname=cuda-{directory}-x86_64\nbaseurl={base}\nenabled=1\n"
-                f"gpgcheck=1\ngpgkey={base}/{key}\n",
+                f"gpgcheck=1\ngpgkey=file://{rpm_key_path('cuda-rpm')}\n",
                 644,
             )
+            files[rpm_key_path("cuda-rpm")] = (FAKE_KEY, 644)
     return files
 
 

@@ -53,8 +53,8 @@ from deploy.ray import auth, cluster_token, env_secret, membership, ray_node, ra
 from deploy.run.facts import SecretFileDigest
 from deploy.storage import nfs
 from deploy.storage.mounts import mount_points
-from tests.plan.fakes import fake_firewall, fake_monitoring, fake_monitoring_exporters, fake_storage
-from tests.plan.fakes.fake_docker import ENGINE_PACKAGES, HostDocker, repo_files, uses_docker_repo
+from tests.plan.fakes import fake_firewall, fake_monitoring, fake_monitoring_exporters, fake_repo_keys, fake_storage
+from tests.plan.fakes.fake_docker import ENGINE_PACKAGES, HostDocker, engine_versions, repo_files, uses_docker_repo
 from tests.plan.fakes.fake_nvidia import H100, HostGPUs, nvidia_files  # noqa: F401
 from tests.plan.fakes.fake_os import FAMILY, MEM_KB, NOFILE_HARD, OS_RELEASE, OSES, UPLOAD_DIR, HostOS  # noqa: F401
 from tests.plan.fakes.fake_ray_container import IMAGE_ID, RayContainer, container_json, expected_run_args, head_monitors  # noqa: F401
@@ -219,6 +219,8 @@ def _package_answers(
     installed = [*PREINSTALLED, *(expected_packages(os_name, data) if converged else ())]
     installed += [p for step in steps for p in step.packages if p not in installed]
     versioned = gpus.packages(os_name, data)
+    if converged:
+        versioned = {**versioned, **engine_versions(os_name, settings.merge(data))}
     if FAMILY[os_name] == "apt":
         return {DPKG: _dpkg_lines(installed, versioned)}
     return {RPM: _rpm_lines(installed, versioned)}
@@ -324,6 +326,7 @@ def host_responses(
     responses.update(docker.config(daemon_text))
     key = files.get(DIGEST_KEY_PATH, (None, 0))[0]
     responses.update(_file_answers(files, dirs, key))
+    responses.update(fake_repo_keys.answers(files))
     responses.update(_token_answer(files))
     responses.update(_digest_key_answer(files))
     responses.update(_package_answers(os_name, data, converged, steps, gpus))

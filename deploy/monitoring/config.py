@@ -17,8 +17,8 @@ Ray's own service-discovery file: the head's dashboard writes every alive node's
 and its own and the autoscaler's, to ``<session>/prom_metrics_service_discovery.json`` every 5 s and
 links it at ``/tmp/ray/prom_metrics_service_discovery.json`` (Ray 2.60,
 ``ray/_private/metrics_agent.py``, ``PrometheusServiceDiscoveryWriter``), a ``file_sd`` list
-labelled ``job: ray``. On the head, Prometheus reads it through ``/tmp/ray`` (the head's
-``ray_temp_dir/tmp``, mounted read-only at the same path, so that the link resolves). Nodes that
+labelled ``job: ray``. On the head, Prometheus reads a copy of it, ``RAY_SD_FILE``, which
+:mod:`deploy.monitoring.ray_sd` keeps in a folder of its own (Ray's folder is not mounted). Nodes that
 died drop out of Ray's file, so the ``ray`` job also reads the inventory's list: a missing node is a
 target that is down (``RayNodeMissing``), not a target that is gone. Prometheus scrapes a target
 found in both lists once (targets with the same labels and URL are one; its relabelling gives Ray's
@@ -62,9 +62,10 @@ DATASOURCE_UID = "rayrig-prometheus"
 PROMETHEUS_UID = 65534
 GRAFANA_UID = 472
 
-#: Ray's service-discovery file, as the head's ray-node (and Prometheus's mount) sees it.
-RAY_SD_FILE = "/tmp/ray/prom_metrics_service_discovery.json"
-RAY_TMP = "/tmp/ray"
+#: The copy of Ray's service-discovery file Prometheus reads (:mod:`deploy.monitoring.ray_sd`): a folder of
+#: its own, root's, mounted read-only at the same path; Ray's own folder is not mounted.
+RAY_SD_DIR = "/var/lib/rayrig/ray-sd"
+RAY_SD_FILE = f"{RAY_SD_DIR}/ray.json"
 #: Prometheus's ``--web.cors.origin`` (a regex it anchors): no browser sends an empty Origin, so no page matches.
 NO_WEB_ORIGIN = "^$"
 #: Ray 2.60's defaults for the head's own metrics (DASHBOARD_METRIC_PORT, AUTOSCALER_METRIC_PORT),

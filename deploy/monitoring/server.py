@@ -27,7 +27,7 @@ from deploy.contract.settings import (
 )
 from deploy.host.ray_image import pull_command
 from deploy.monitoring import config as mc
-from deploy.ray import ray_temp
+from deploy.monitoring import ray_sd
 from deploy.run.facts import ContainerState, DockerImageId, FileText, NvidiaDevices, fact
 from deploy.run.templating import put_template, resource
 from deploy.run.units import daemon_reload
@@ -166,10 +166,11 @@ def systemd_line(words: list[str]) -> str:
 
 
 def prometheus_words(settings: dict[str, Any], ray_file: bool) -> list[str]:
-    """Prometheus's ``docker run`` line; ``ray_file``: Ray's temp folder is mounted (on the head)."""
+    """Prometheus's ``docker run`` line; ``ray_file``: the folder of the copy of Ray's service-discovery
+    file is mounted, read-only (on the head: :mod:`deploy.monitoring.ray_sd`); never Ray's own folder."""
     mounts = [mount(mc.CONFIG_DIR, readonly=True), mount(mc.PROMETHEUS_DATA)]
     if ray_file:
-        mounts.append(mount(ray_temp.host_path(settings), mc.RAY_TMP, readonly=True))
+        mounts.append(mount(mc.RAY_SD_DIR, readonly=True))
     return run_words(
         PROMETHEUS, settings["monitoring_prometheus_image"], mc.PROMETHEUS_UID, mounts, {}, mc.prometheus_args(settings)
     )
@@ -238,6 +239,10 @@ def _prometheus(settings: dict[str, Any], on_head: bool) -> None:
     for path, text in mc.target_files(view, settings).items():
         _put(path, text, f"Prometheus's targets ({path.rsplit('/', 1)[1]})")
     _data_folder(mc.PROMETHEUS_DATA, mc.PROMETHEUS_UID)
+    if on_head:
+        ray_sd.ensure(settings)
+    else:
+        ray_sd.remove(fact(host, Leftovers, ray_sd.PATHS, (), ()))
     _image("Prometheus", settings["monitoring_prometheus_image"], bool(settings["docker_registry_auth"]))
     stale, found = _service(PROMETHEUS, "Prometheus", prometheus_words(settings, on_head))
     if stale or not found or not found["running"]:
@@ -303,10 +308,13 @@ def _unit_path(container: str) -> str:
     return f"/etc/systemd/system/{container}.service"
 
 
-def _remove(settings: dict[str, Any], containers: list[str], folders: list[str]) -> None:
-    """Remove ``containers`` (their units, containers and images) and ``folders``, where they are."""
+def _remove(
+    settings: dict[str, Any], containers: list[str], folders: list[str], also: tuple[str, ...] = ()
+) -> set[tuple[str, str]]:
+    """Remove ``containers`` (their units, containers and images) and ``folders``, where they are. Returns
+    what the one ``Leftovers`` fact found, ``also`` asked for besides (paths another remover takes away)."""
     images = {PROMETHEUS: settings["monitoring_prometheus_image"], GRAFANA: settings["monitoring_grafana_image"]}
-    paths = (*map(_unit_path, containers), *folders)
+    paths = (*map(_unit_path, containers), *folders, *also)
     found = fact(host, Leftovers, paths, tuple(containers), tuple(images[c] for c in containers))
     for container in containers:
         if ("PATH", _unit_path(container)) in found:
@@ -327,6 +335,7 @@ def _remove(settings: dict[str, Any], containers: list[str], folders: list[str])
     for folder in folders:
         if ("PATH", folder) in found:
             files.directory(name=f"Remove {folder}", path=folder, present=False)
+    return found
 
 
 def _grafana_folders(settings: dict[str, Any]) -> list[str]:
@@ -344,7 +353,7 @@ def monitoring_server() -> None:
     settings = host_settings(host)
     if not runs_monitoring(host):
         folders = [mc.CONFIG_DIR, mc.PROMETHEUS_DATA, *_grafana_folders(settings)]
-        _remove(settings, [GRAFANA, PROMETHEUS], folders)
+        ray_sd.remove(_remove(settings, [GRAFANA, PROMETHEUS], folders, also=ray_sd.PATHS))
         return
     on_head = settings["ray_role"] == "head"
     _prometheus(settings, on_head)

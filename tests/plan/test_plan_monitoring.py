@@ -58,7 +58,9 @@ def test_a_fresh_cluster_runs_prometheus_and_grafana_on_the_head_only(os_name):
     assert prometheus[:3] == ["docker", "run", "--rm"] and "--network=host" in prometheus
     assert "--web.listen-address=127.0.0.1:9090" in prometheus
     assert "--storage.tsdb.retention.time=15d" in prometheus and "--storage.tsdb.retention.size=10GB" in prometheus
-    assert "--mount=type=bind,src=/var/lib/rayrig/ray/tmp,dst=/tmp/ray,readonly" in prometheus  # Ray's own file
+    # Only the folder of the copy of Ray's service-discovery file, read-only; nothing of Ray's own folder.
+    assert "--mount=type=bind,src=/var/lib/rayrig/ray-sd,dst=/var/lib/rayrig/ray-sd,readonly" in prometheus
+    assert not any("/var/lib/rayrig/ray/" in w or "/tmp/ray" in w for w in prometheus)
     grafana = exec_start(head, GRAFANA_UNIT)
     assert "--env=GF_SERVER_HTTP_ADDR=127.0.0.1" in grafana and "--env=GF_SERVER_HTTP_PORT=3000" in grafana
     assert f"--mount=type=bind,src={DASHBOARDS},dst={DASHBOARDS},readonly" in grafana
@@ -115,7 +117,8 @@ def test_monitoring_host_may_name_a_worker_by_name_or_address(value):
     # Ray's file and dashboards are the head's: the worker's Prometheus scrapes the inventory's list only.
     config = yaml.safe_load(worker.uploads[mc.PROMETHEUS_YML])
     assert config["scrape_configs"][0]["file_sd_configs"][0]["files"] == [f"{mc.TARGETS_DIR}/ray.json"]
-    assert not any("/tmp/ray" in w for w in exec_start(worker, PROMETHEUS_UNIT))
+    assert not any("/tmp/ray" in w or "ray-sd" in w for w in exec_start(worker, PROMETHEUS_UNIT))
+    assert not worker.has_op("rayrig-ray-sd") and not head.has_op("rayrig-ray-sd")
     providers = yaml.safe_load(worker.uploads[mc.GRAFANA_PROVIDERS])["providers"]
     assert [p["name"] for p in providers] == ["rayrig"]
     ray = json.loads(worker.uploads[f"{mc.TARGETS_DIR}/ray.json"])
@@ -244,3 +247,53 @@ def test_a_new_data_source_restarts_grafana_which_reads_it_at_start_only():
 def test_a_converged_grafana_plans_no_restart():
     head = run_deploy(reference_cluster("ubuntu24", "converged"))[HEAD]
     assert not head.op("Restart Grafana for its provisioning").changed
+
+
+# --- Ray's service-discovery file: a copy in a folder of its own -------------------------------------
+
+SD_UNIT = "/etc/systemd/system/rayrig-ray-sd.service"
+SD_SCRIPT = "/usr/local/lib/rayrig/ray-sd-copy.sh"
+
+
+def test_the_head_copies_rays_service_discovery_file_for_prometheus_before_prometheus_starts():
+    head = run_deploy(reference_cluster("ubuntu22", "fresh"))[HEAD]
+    assert head.op("Create /var/lib/rayrig/ray-sd").commands[-1] == "chmod 755 /var/lib/rayrig/ray-sd"
+    assert head.op("Install the copier of Ray's service-discovery file").commands[-1] == f"chmod 755 {SD_SCRIPT}"
+    unit = head.uploads[SD_UNIT]
+    line = next(x for x in unit.splitlines() if x.startswith("ExecStart="))
+    assert shlex.split(line.removeprefix("ExecStart=")) == [
+        "/bin/bash", SD_SCRIPT, "/var/lib/rayrig/ray/tmp", "/var/lib/rayrig/ray-sd"
+    ]  # fmt: skip
+    assert "ReadWritePaths=/var/lib/rayrig/ray-sd\n" in unit and "ProtectSystem=strict\n" in unit
+    assert head.op("Keep rayrig-ray-sd.service enabled and running").commands == [
+        "systemctl start rayrig-ray-sd.service",
+        "systemctl enable rayrig-ray-sd.service",
+    ]
+    names = [op.name for op in head.ops]
+    copier = names.index("Monitoring server | Keep rayrig-ray-sd.service enabled and running")
+    assert copier < names.index("Monitoring server | Keep the rayrig-prometheus service enabled and running")
+
+
+def test_a_changed_copier_is_restarted():
+    hosts = reference_cluster("rocky9", "converged")
+    for name, data in hosts:
+        if name == HEAD:
+            data["ray_temp_dir"] = "/srv/ray"  # the copier reads another folder: its unit changes
+    head = run_deploy(hosts)[HEAD]
+    assert "/srv/ray/tmp" in head.uploads[SD_UNIT]
+    assert head.op("Restart rayrig-ray-sd.service").commands == ["systemctl restart rayrig-ray-sd.service"]
+
+
+def test_a_head_that_no_longer_runs_prometheus_loses_the_copier_and_its_folder():
+    leftovers = [("PATH", SD_UNIT), ("PATH", SD_SCRIPT), ("PATH", mc.RAY_SD_DIR)]
+    hosts = reference_cluster(
+        "ubuntu22",
+        "converged",
+        data={"monitoring_host": GPU_WORKER},
+        options={HEAD: {"monitoring": {"leftovers": leftovers}}},
+    )
+    head = run_deploy(hosts)[HEAD]
+    assert head.op("Stop and disable rayrig-ray-sd.service").changed
+    assert head.op("Remove the rayrig-ray-sd.service systemd unit").commands == [f"rm -f {SD_UNIT}"]
+    assert head.op("Remove the copier of Ray's service-discovery file").commands == [f"rm -f {SD_SCRIPT}"]
+    assert head.op("Remove /var/lib/rayrig/ray-sd").commands == ["rm -rf /var/lib/rayrig/ray-sd"]

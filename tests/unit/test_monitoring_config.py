@@ -47,7 +47,8 @@ def test_prometheus_yml_has_the_contracts_jobs_and_reads_its_rules():
     assert text["rule_files"] == [mc.RULES_YML]
     files = {job["job_name"]: job.get("file_sd_configs", [{}])[0].get("files") for job in text["scrape_configs"]}
     assert files["node"] == [f"{mc.TARGETS_DIR}/node.json"] and files["gpu"] == [f"{mc.TARGETS_DIR}/gpu.json"]
-    assert files["ray"] == [f"{mc.TARGETS_DIR}/ray.json", "/tmp/ray/prom_metrics_service_discovery.json"]
+    # On the head, the copy of Ray's file in a folder of its own (deploy/monitoring/ray_sd.py), not Ray's folder.
+    assert files["ray"] == [f"{mc.TARGETS_DIR}/ray.json", "/var/lib/rayrig/ray-sd/ray.json"]
     assert config(ray_file=False)["scrape_configs"][0]["file_sd_configs"][0]["files"] == [f"{mc.TARGETS_DIR}/ray.json"]
     me = text["scrape_configs"][3]["static_configs"][0]
     assert me == {"targets": ["127.0.0.1:9090"], "labels": {"host": HEAD.name}}

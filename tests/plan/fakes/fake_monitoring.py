@@ -22,14 +22,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from deploy.contract import settings
 from deploy.monitoring import config as mc
+from deploy.monitoring import ray_sd
 from deploy.monitoring import server as ms
 from deploy.run.facts import DockerImageId, FileText
 from deploy.run.templating import render
-from tests.plan.fakes.fakestep import FakeState, container_state_key, fact_key, systemd_unit
+from tests.plan.fakes.fakestep import FakeState, container_state_key, fact_key, need_reload, systemd_unit
 
 IMAGE_ID = "sha256:" + "cd" * 32
 GPU_TARGETS = f"{mc.TARGETS_DIR}/gpu.json"
@@ -60,7 +62,11 @@ def expected_files(s: Mapping[str, Any], name: str, members: list[mc.Member]) ->
     if s["monitoring_grafana"]:
         files |= mc.grafana_files(s, ray_dashboards=on_head)
         files[f"/etc/systemd/system/{ms.GRAFANA}.service"] = ms_unit(ms.GRAFANA, "Grafana", grafana(s))
-    return {path: (text, 644) for path, text in files.items()}
+    found = {path: (text, 644) for path, text in files.items()}
+    if on_head:  # the copier of Ray's service-discovery file
+        found[ray_sd.UNIT_PATH] = (render(ray_sd.UNIT_TEMPLATE, **ray_sd.unit_values(dict(s))), 644)
+        found[ray_sd.SCRIPT] = (Path(ray_sd.SCRIPT_SOURCE).read_text(), 755)
+    return found
 
 
 def prometheus(s: Mapping[str, Any]) -> list[str]:
@@ -77,6 +83,8 @@ def ms_unit(container: str, what: str, words: list[str]) -> str:
 
 def expected_dirs(s: Mapping[str, Any]) -> dict[str, int]:
     dirs = {mc.CONFIG_DIR: 755, mc.TARGETS_DIR: 755, mc.PROMETHEUS_DATA: 700}
+    if s["ray_role"] == "head":  # the copier's folder, and its script's
+        dirs |= {mc.RAY_SD_DIR: 755, ray_sd.SCRIPT.rsplit("/", 1)[0]: 755}
     if s["monitoring_grafana"]:
         dirs |= {mc.GRAFANA_DIR: 755, f"{mc.GRAFANA_PROVISIONING}/datasources": 755,
                  f"{mc.GRAFANA_PROVISIONING}/dashboards": 755, mc.GRAFANA_DASHBOARDS: 755,
@@ -123,10 +131,13 @@ def facts(converged: bool, data: Mapping[str, Any], options: Mapping[str, Any]) 
         state.responses.update(
             systemd_unit(f"{name}.service", "running" if runs else "dead", "enabled" if runs else "")
         )
+    copier = (serves and s["ray_role"] == "head") or ("PATH", ray_sd.UNIT_PATH) in leftovers
+    state.responses.update(systemd_unit(ray_sd.UNIT, "running" if copier else "dead", "enabled" if copier else ""))
+    state.responses.update(need_reload(ray_sd.UNIT, False))
     for path, uid in ((mc.PROMETHEUS_DATA, mc.PROMETHEUS_UID), (mc.GRAFANA_DATA, mc.GRAFANA_UID)):
         state.responses[fact_key(ms.PathOwner, f"stat -c %u:%g {path}", path)] = [f"{uid}:{uid}"] if serves else []
     for kind, path in leftovers:  # what pyinfra's own File and Directory facts see of them
-        if kind == "PATH" and path.endswith(".service"):
+        if kind == "PATH" and path.endswith((".service", ".sh")):
             state.files[path] = ("[Unit]\n", 644)
         elif kind == "PATH":
             state.dirs[path] = 755

@@ -24,6 +24,7 @@ from pyinfra.operations import files, server, systemd
 from deploy.contract.data_keys import MONITORING_PORT_NAMES
 from deploy.contract.ports import WORKER_RANGE, member_ports, port_ranges
 from deploy.contract.settings import host_data, host_settings, is_loopback, node_address, parse_address, present_hosts
+from deploy.firewall import guard
 from deploy.firewall.members import member_cidrs
 from deploy.host import image_mirror
 from deploy.host.base import install_packages
@@ -33,9 +34,9 @@ from deploy.run.templating import put_template, render, resource
 from deploy.run.units import NeedDaemonReload, daemon_reload
 from deploy.storage.nfs import NFS_PORT, serves_nfs
 
-TABLE = "inet rayrig"
+TABLE = guard.TABLE
 RULESET_PATH = "/etc/rayrig/firewall.nft"
-UNIT = "rayrig-firewall.service"
+UNIT = guard.FIREWALL_UNIT
 UNIT_PATH = f"/etc/systemd/system/{UNIT}"
 UNIT_TEMPLATE = resource(__package__, "rayrig-firewall.service.j2")
 #: The distribution's nftables.service, and rayrig's drop-in that loads rayrig's table after it.
@@ -45,7 +46,7 @@ DROP_IN_TEMPLATE = resource(__package__, "nftables-rayrig.conf.j2")
 RULESET_TEMPLATE = resource(__package__, "ruleset.nft.j2")
 #: The table's comment: this prefix, then the digest of the ruleset (``ruleset_digest``).
 DIGEST_PREFIX = "rayrig ruleset "
-NFT = "/usr/sbin/nft"  # where every supported distribution installs it
+NFT = guard.NFT
 #: The other firewalls rayrig refuses to run beside, with how to turn each off.
 OTHER_FIREWALLS = {"ufw": "sudo ufw disable", "firewalld": "sudo systemctl disable --now firewalld"}
 #: The ray_ports key open to the members only when the dashboard listens beyond loopback.
@@ -495,6 +496,7 @@ def distro_packages() -> tuple[str, ...]:
 
 def remove_firewall() -> None:
     """Take away what an earlier deploy put there; plan nothing where there is nothing."""
+    guard.remove_guard()
     unit = fact(host, File, UNIT_PATH)
     drop_in = fact(host, File, DROP_IN_PATH)
     if fact(host, RayrigTable) is not None:
@@ -544,3 +546,4 @@ def firewall() -> None:
     )
     daemon_reload("Reload systemd units for rayrig's firewall", [unit, drop_in], [UNIT, NFTABLES_UNIT])
     systemd.service(name=f"Enable {UNIT} (loads the ruleset at boot)", service=UNIT, running=True, enabled=True)
+    guard.keep_guard(TABLE, RULESET_PATH, UNIT)

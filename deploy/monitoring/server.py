@@ -25,6 +25,7 @@ from deploy.contract.settings import (
     present_hosts,
     resolve_monitoring_host,
 )
+from deploy.firewall.guard import FIREWALL_UNIT
 from deploy.host.ray_image import pull_command
 from deploy.monitoring import config as mc
 from deploy.monitoring import ray_sd
@@ -186,9 +187,15 @@ def grafana_words(settings: dict[str, Any], ray_dashboards: bool) -> list[str]:
     )
 
 
-def unit_values(container: str, what: str, words: list[str]) -> dict[str, str]:
-    """The template values of a container's unit (``rayrig-monitoring.service.j2``)."""
-    return {"container": container, "description": what, "exec_start": systemd_line(words)}
+def unit_values(container: str, what: str, words: list[str], firewall_unit: str | None = None) -> dict[str, Any]:
+    """The template values of a container's unit (``rayrig-monitoring.service.j2``); ``firewall_unit``:
+    rayrig's firewall's, with ``firewall_enabled``."""
+    return {
+        "container": container,
+        "description": what,
+        "exec_start": systemd_line(words),
+        "firewall_unit": firewall_unit,
+    }
 
 
 def _image(what: str, image: str, with_auth: bool) -> None:
@@ -210,7 +217,7 @@ def _service(container: str, what: str, words: list[str]) -> tuple[bool, dict[st
         f"Install the {container} systemd unit",
         UNIT_TEMPLATE,
         f"/etc/systemd/system/{container}.service",
-        **unit_values(container, what, words),
+        **unit_values(container, what, words, FIREWALL_UNIT if host_settings(host)["firewall_enabled"] else None),
     )
     daemon_reload(f"Reload systemd units for {container}", [unit], [f"{container}.service"])
     found = fact(host, ContainerState, container)

@@ -93,6 +93,43 @@ def test_fresh_host_enables_the_unit_that_loads_it_at_boot(fresh):
         assert not any("flush ruleset" in c for c in host.commands)
 
 
+def test_fresh_host_runs_the_guard_and_every_listening_service_wants_the_firewall(fresh):
+    """Fail closed: the guard stops what wants rayrig-firewall.service while the table is gone, so each
+    of rayrig's services that answers the network says it wants it."""
+    _os, run = fresh
+    for name in ALL:
+        host = run[name]
+        unit = host.op("Install the rayrig-firewall-guard.service unit").uploads[
+            "/etc/systemd/system/rayrig-firewall-guard.service"
+        ]
+        assert (
+            'ExecStart=/usr/local/lib/rayrig/firewall-guard.sh "inet rayrig" /etc/rayrig/firewall.nft '
+            "rayrig-firewall.service 1 60\n" in unit
+        )
+        assert "Restart=always" in unit and "After=rayrig-firewall.service" in unit
+        assert host.op("Install rayrig's firewall guard").uploads["/usr/local/lib/rayrig/firewall-guard.sh"]
+        names = [op.name for op in host.ops]
+        assert names.index("Firewall | Enable rayrig-firewall.service (loads the ruleset at boot)") < names.index(
+            "Firewall | Keep rayrig's firewall guard running (rayrig's services stop while the table is not loaded)"
+        )
+        units = {path: text for path, text in host.uploads.items() if path.startswith("/etc/systemd/system/")}
+        listening = [
+            p
+            for p in units
+            if re.search(
+                r"/(ray-node|rayrig-(node|gpu)-exporter|rayrig-prometheus|rayrig-grafana)\.service$|prometheus-node-exporter.*rayrig|node_exporter.*rayrig",
+                p,
+            )
+        ]
+        # the head: Ray, the node exporter (the package's, through rayrig's drop-in), Prometheus, Grafana
+        assert len(listening) == {HEAD: 4, GPU_WORKER: 3, CPU_WORKER: 2}[name], sorted(units)
+        for path in listening:
+            assert "Wants=rayrig-firewall.service" in str(units[path]), path
+    mirror = run_deploy(reference_cluster("ubuntu22", "fresh", data={"image_mirror": "head"}))
+    drop_in = mirror[HEAD].uploads["/etc/systemd/system/docker-registry.service.d/rayrig.conf"]
+    assert "Wants=rayrig-firewall.service" in drop_in and "ExecStartPre=/bin/sh -c" in drop_in
+
+
 def test_firewall_comes_after_storage_and_before_ray(fresh):
     _os, run = fresh
     host = run[HEAD]
@@ -229,6 +266,11 @@ def test_turning_the_firewall_off_removes_it(os_name):
     for name in ALL:
         host = run[name]
         assert firewall_changes(host) == [
+            # the guard first: it would stop rayrig's services on finding no table
+            "Firewall | Stop and disable rayrig-firewall-guard.service",
+            "Firewall | Remove the rayrig-firewall-guard.service unit",
+            "Firewall | Remove rayrig's firewall guard",
+            "Firewall | Reload systemd units without the firewall guard",
             "Firewall | Delete rayrig's nftables table",
             "Firewall | Stop and disable rayrig-firewall.service",
             "Firewall | Remove the rayrig-firewall.service unit",
@@ -237,7 +279,7 @@ def test_turning_the_firewall_off_removes_it(os_name):
             "Firewall | Remove rayrig's nftables ruleset",
         ]
         assert host.op("Delete rayrig's nftables table").commands == ["nft delete table inet rayrig"]
-        assert host.op("Stop and disable").commands == [
+        assert host.op("Stop and disable rayrig-firewall.service").commands == [
             "systemctl stop rayrig-firewall.service",
             "systemctl disable rayrig-firewall.service",
         ]

@@ -31,11 +31,13 @@ Options:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from deploy.contract import settings
 from deploy.contract.ports import member_ports
-from deploy.firewall import nftables
+from deploy.firewall import guard, nftables
+from deploy.run.templating import resource
 from tests.plan.fakes.fakestep import FakeState, fact_key, need_reload, systemd_unit
 
 #: The operator's address the fake hosts see the deploy connect from (TEST-NET-2).
@@ -108,10 +110,14 @@ def facts(
     digest = options.get("table_digest", nftables.ruleset_digest(ruleset))
     state.responses[RAYRIG_TABLE] = table_listing(ruleset, digest) if table_loaded else []
     # NeedDaemonReload of the firewall's unit and of nftables.service (its drop-in)
-    for unit in (nftables.UNIT, nftables.NFTABLES_UNIT):
+    for unit in (nftables.UNIT, nftables.NFTABLES_UNIT, guard.UNIT):
         state.responses.update(need_reload(unit, unit in options.get("need_reload", ())))
     state.responses.update(
         systemd_unit(nftables.UNIT, "exited" if installed else "dead", "enabled" if installed else "")
+    )
+    guarded = options.get("guard_installed", installed)
+    state.responses.update(
+        systemd_unit(guard.UNIT, "running" if guarded else "dead", "enabled" if guarded else "")
     )
     if installed:
         state.packages = ("nftables",)
@@ -120,4 +126,8 @@ def facts(
         state.files[nftables.RULESET_PATH] = (ruleset, 644)
         state.files[nftables.UNIT_PATH] = (nftables.unit_text(), 644)
         state.files[nftables.DROP_IN_PATH] = (nftables.drop_in_text(), 644)
+    if guarded:
+        state.dirs["/usr/local/lib/rayrig"] = 755
+        state.files[guard.SCRIPT] = (Path(resource("deploy.firewall", "firewall-guard.sh")).read_text(), 755)
+        state.files[guard.UNIT_PATH] = (guard.unit_text(nftables.TABLE, nftables.RULESET_PATH, nftables.UNIT), 644)
     return state

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from deploy.contract import settings
+from deploy.firewall.guard import FIREWALL_UNIT
 from deploy.monitoring import config as mc
 from deploy.monitoring import ray_sd
 from deploy.monitoring import server as ms
@@ -57,11 +58,11 @@ def expected_files(s: Mapping[str, Any], name: str, members: list[mc.Member]) ->
         mc.PROMETHEUS_YML: mc.prometheus_yml(members, s, ray_file=on_head, self_host=name),
         mc.RULES_YML: mc.rules_yml(),
         **mc.target_files(members, s),
-        f"/etc/systemd/system/{ms.PROMETHEUS}.service": ms_unit(ms.PROMETHEUS, "Prometheus", prometheus(s)),
+        f"/etc/systemd/system/{ms.PROMETHEUS}.service": ms_unit(ms.PROMETHEUS, "Prometheus", prometheus(s), s),
     }
     if s["monitoring_grafana"]:
         files |= mc.grafana_files(s, ray_dashboards=on_head)
-        files[f"/etc/systemd/system/{ms.GRAFANA}.service"] = ms_unit(ms.GRAFANA, "Grafana", grafana(s))
+        files[f"/etc/systemd/system/{ms.GRAFANA}.service"] = ms_unit(ms.GRAFANA, "Grafana", grafana(s), s)
     found = {path: (text, 644) for path, text in files.items()}
     if on_head:  # the copier of Ray's service-discovery file
         found[ray_sd.UNIT_PATH] = (render(ray_sd.UNIT_TEMPLATE, **ray_sd.unit_values(dict(s))), 644)
@@ -77,8 +78,9 @@ def grafana(s: Mapping[str, Any]) -> list[str]:
     return ms.grafana_words(dict(s), s["ray_role"] == "head")
 
 
-def ms_unit(container: str, what: str, words: list[str]) -> str:
-    return render(ms.UNIT_TEMPLATE, **ms.unit_values(container, what, words))
+def ms_unit(container: str, what: str, words: list[str], s: Mapping[str, Any]) -> str:
+    firewall_unit = FIREWALL_UNIT if s["firewall_enabled"] else None
+    return render(ms.UNIT_TEMPLATE, **ms.unit_values(container, what, words, firewall_unit))
 
 
 def expected_dirs(s: Mapping[str, Any]) -> dict[str, int]:

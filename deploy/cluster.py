@@ -17,6 +17,7 @@ from deploy.firewall.nftables import firewall
 from deploy.host.base import base
 from deploy.host.docker import distro_packages as docker_packages
 from deploy.host.docker import docker
+from deploy.host.image_mirror import hold_until_configured, mirror_service
 from deploy.host.nvidia import nvidia
 from deploy.host.ray_image import ray_image, wait_for_image
 from deploy.host.secret_files import digest_key, private_uploads
@@ -42,6 +43,7 @@ if is_absent(host):
     remove_from_cluster()  # drained first, while the others still admit it
 else:
     private_uploads()
+    hold_until_configured()  # the image mirror's package would start its registry as it ships it
     base(ahead=(*docker_packages(), *firewall_packages()))
     digest_key()  # before any secret file: they are compared by it
     docker()
@@ -49,6 +51,7 @@ else:
     nvidia()
     storage()
     firewall()
+    mirror_service()  # the head's image mirror answers only behind the firewall
     wait_for_image()
     ray_node()
     record_members()

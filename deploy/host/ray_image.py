@@ -40,6 +40,7 @@ DOCKER_CONFIG_DIR = "/etc/rayrig/docker"
 PULL_UNIT = "rayrig-image-pull"
 PULL_SCRIPT = "/usr/local/lib/rayrig/pull-image.sh"
 PULL_DIR = "/var/lib/rayrig/image-pull"
+MIRROR_KEY = "ray_image"  # the head's copy of the Ray image, in image_mirror's digest record
 WAIT_MARGIN_S = 60  # the wait outlasts the pull's own deadline by this much, so the pull reports first
 
 
@@ -87,20 +88,31 @@ def same_image_command(image: str, container: str) -> str:
 
 
 def start_pull_command(
-    image: str, ref: str, timeout_s: int, *, with_auth: bool, copy_to: str = "", src_tls_verify: bool = True
+    image: str,
+    ref: str,
+    timeout_s: int,
+    *,
+    with_auth: bool,
+    copy_to: str = "",
+    src_tls_verify: bool = True,
+    warm: bool = False,
+    writer: str = "",
 ) -> str:
     """The shell command that starts the background pull of ``image`` from ``ref`` ("" : no pull, only the
-    copy) and, with ``copy_to``, first copies ``image`` into the mirror there; every value an argument.
+    copy) and, with ``copy_to`` (path:tag in the head's mirror, through the copy's side at ``writer``),
+    first copies ``image`` there; ``warm``: only pull ``ref`` ahead (a worker of the mirror, which pulls
+    the head's digest later). Every value an argument.
 
     >>> print(start_pull_command("r/ray:1", "r/ray:1", 600, with_auth=False))  # doctest: +NORMALIZE_WHITESPACE
     systemctl stop rayrig-image-pull 2>/dev/null; systemctl reset-failed rayrig-image-pull 2>/dev/null;
     systemd-run --quiet --collect --unit rayrig-image-pull --property RuntimeMaxSec=660
-    /usr/local/lib/rayrig/pull-image.sh /var/lib/rayrig/image-pull 600 r/ray:1 r/ray:1 '' '' '' true ''
+    /usr/local/lib/rayrig/pull-image.sh /var/lib/rayrig/image-pull 600 r/ray:1 r/ray:1 '' '' '' true '' tag '' ''
     """
     config = DOCKER_CONFIG_DIR if with_auth else ""
     authfile = f"{DOCKER_CONFIG_DIR}/config.json" if with_auth and copy_to else ""
     args = [PULL_DIR, str(int(timeout_s)), image, ref, config, image if copy_to else "", copy_to]
-    args += ["true" if src_tls_verify else "false", authfile]
+    args += ["true" if src_tls_verify else "false", authfile, "warm" if warm else "tag"]
+    args += [writer if copy_to else "", image_mirror.WRITER_CONFIG if copy_to else ""]
     return (
         f"systemctl stop {PULL_UNIT} 2>/dev/null; systemctl reset-failed {PULL_UNIT} 2>/dev/null; "
         f"systemd-run --quiet --collect --unit {PULL_UNIT} --property RuntimeMaxSec={int(timeout_s) + WAIT_MARGIN_S} "
@@ -139,18 +151,21 @@ def ray_image() -> None:
             src=StringIO(registry_config(auth)),
             dest=f"{DOCKER_CONFIG_DIR}/config.json",
         )
-    image_mirror.mirror_service()
+    image_mirror.copy_tools()
     image = settings["ray_image"]
     pull = needs_pull(settings, fact(host, DockerImageId, image))
     head = image_mirror.mirror_host()
-    copy_to, ref = "", image if pull else ""
+    copy_to, ref, warm, writer = "", image if pull else "", False, ""
     if head is not None and image_mirror.mirrored(host):
         address = image_mirror.mirror_address(head)
-        mirror_ref = image_mirror.mirror_reference(image, address, image_mirror.run_tag(host.state))
+        tag = image_mirror.run_tag(host.state)
+        mirror_ref = image_mirror.mirror_reference(image, address, tag)
         if pull:
             ref = mirror_ref
+            warm = host.name != head.name  # the head pulls by the digest it copied itself
         if host.name == head.name and image_mirror.copy_needed(needs_pull):
-            copy_to = mirror_ref
+            copy_to = f"{image_mirror.split_reference(image)[1]}:{tag}"
+            writer = image_mirror.writer_address(head)
     if not ref and not copy_to:
         return
     _pulls(host.state)[host.name] = "+".join(part for part, on in (("copy", copy_to), ("pull", ref)) if on)
@@ -170,6 +185,8 @@ def ray_image() -> None:
                 with_auth=bool(auth),
                 copy_to=copy_to,
                 src_tls_verify=not _insecure(settings, image),
+                warm=warm,
+                writer=writer,
             )
         ],
     )
@@ -189,7 +206,10 @@ def wait_for_image() -> None:
     # From the facts, not from what the head's load noted: every host's load runs at once, in any order.
     copying = head is not None and image_mirror.mirrored(head) and image_mirror.copy_needed(needs_pull)
     if copying and host.name == head.name:
-        server.shell(name="Wait for the head's mirror to hold the image", commands=[wait_command("copied", timeout_s)])
+        copied = server.shell(
+            name="Wait for the head's mirror to hold the image", commands=[wait_command("copied", timeout_s)]
+        )
+        image_mirror.note_digest_op(host.state, MIRROR_KEY, copied)
     job = jobs.get(host.name, "")
     if "pull" not in job:
         return
@@ -211,6 +231,13 @@ def wait_for_image() -> None:
     waited = server.shell(
         name=f"Wait for the pull of {settings['ray_image']}", commands=[wait_command("result", timeout_s)]
     )
+    if from_mirror:  # what the tag held was only pulled ahead: the image is the digest the head copied
+        image = settings["ray_image"]
+        tag_ref = image_mirror.mirror_reference(image, image_mirror.mirror_address(head), image_mirror.run_tag(state))
+        image_mirror.pinned_pull(
+            f"Pull {image} from the head's mirror by the digest the head copied", MIRROR_KEY, head, tag_ref, image,
+            timeout_s,
+        )  # fmt: skip
     memo = run_memo(host.state, "image_pull_waits")
     if "hashes" not in memo:  # the first host of this run: one callback for the whole run
         memo["hashes"] = set()

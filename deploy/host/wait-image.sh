@@ -1,7 +1,7 @@
 #!/bin/bash
 # Wait for a stage of the background image pull (pull-image.sh) and report how it ended.
 #   wait-image.sh DIR STAGE DEADLINE UNIT     STAGE: copied (the head's copy into the mirror) or result
-# Prints "STAGE EXIT_CODE SECONDS" on success; on failure, the tools' own last words and what to do.
+# Prints "STAGE EXIT_CODE SECONDS [DIGEST]" on success (copied: the digest the head copied); on failure, the tools' own last words and what to do.
 set -u
 dir=$1 stage=$2 deadline=$3 unit=$4
 while [ ! -f "$dir/$stage" ]; do
@@ -18,11 +18,11 @@ while [ ! -f "$dir/$stage" ]; do
     fi
     sleep 1
 done
-read -r code seconds <"$dir/$stage"
+read -r code seconds digest <"$dir/$stage"
 if [ "$code" != 0 ]; then
     echo "the image pull failed (exit $code after $seconds s); the registry's and the tools' words:" >&2
     tail -n 20 "$dir/log" >&2
     echo "check ray_image, docker_registry_auth and the registry's reachability from this host, then run the deploy again" >&2
     exit 1
 fi
-echo "$stage $code $seconds"
+echo "$stage $code $seconds${digest:+ $digest}"

@@ -44,6 +44,7 @@ STATE_DIR = "/var/lib/rayrig/exporters"
 PACKAGE_MARKER = f"{STATE_DIR}/node-exporter-package"
 #: The exporter images rayrig pulled, one a line: removed when no longer used.
 IMAGES_RECORD = f"{STATE_DIR}/images"
+COPY_DIGEST_FILE = "/var/lib/rayrig/mirror-copy.digest"  # the head's copy of an exporter image writes its digest
 PORT_WAIT_S = 60  # how long a (re)started exporter has to answer on its port
 #: The DCGM exporter's counters (``dcgm-counters.csv``): its defaults plus the fields the
 #: checks and alert rules read that it leaves out (clock event reasons, violations, ECC totals).
@@ -144,18 +145,19 @@ def drop_in_text(package: NodeExporterPackage, listen: str, firewall_unit: str |
     return render(DROP_IN_TEMPLATE, binary=package.binary, args=args, firewall_unit=firewall_unit)
 
 
-def copy_command(image: str, dest: str, *, authfile: str = "", tls_verify: bool = True, timeout_s: int = 3600) -> str:
-    """The head's ``skopeo copy`` of ``image`` into its mirror at ``dest`` (as ``pull-image.sh`` copies the Ray image).
+def copy_command(
+    image: str, dest: str, writer: str, *, authfile: str = "", tls_verify: bool = True, timeout_s: int = 3600
+) -> str:
+    """The head's copy of ``image`` into its mirror as ``dest`` (path:tag), through the copy's side at
+    ``writer`` (``mirror-copy.sh``, as the Ray image is copied); it prints the digest every host pulls.
 
-    >>> print(copy_command("quay.io/a/b:1", "10.0.0.1:5000/a/b:rayrig-1", timeout_s=60))
-    timeout 60 skopeo copy --quiet --retry-times 3 --src-tls-verify=true --dest-tls-verify=false \
-docker://quay.io/a/b:1 docker://10.0.0.1:5000/a/b:rayrig-1
+    >>> print(copy_command("quay.io/a/b:1", "a/b:rayrig-1", "127.0.0.1:5000", timeout_s=60))
+    /usr/local/lib/rayrig/mirror-copy.sh quay.io/a/b:1 a/b:rayrig-1 127.0.0.1:5000 \
+/etc/docker/registry/rayrig-copy.yml /var/lib/rayrig/mirror-copy.digest true '' 60
     """
-    auth = ["--src-authfile", authfile] if authfile else []
     return shlex.join(
-        ["timeout", str(int(timeout_s)), "skopeo", "copy", "--quiet", "--retry-times", "3", *auth,
-         f"--src-tls-verify={'true' if tls_verify else 'false'}", "--dest-tls-verify=false",
-         f"docker://{image}", f"docker://{dest}"]
+        [image_mirror.COPY_SCRIPT, image, dest, writer, image_mirror.WRITER_CONFIG, COPY_DIGEST_FILE,
+         "true" if tls_verify else "false", authfile, str(int(timeout_s))]
     )  # fmt: skip
 
 
@@ -258,11 +260,13 @@ def _copy_into_mirror() -> None:
     auth = f"{DOCKER_CONFIG_DIR}/config.json" if settings["docker_registry_auth"] else ""
     for image in images:  # on the head alone: no other host has an operation here
         insecure = image_mirror.split_reference(image)[0] in settings["docker_insecure_registries"]
+        dest = f"{image_mirror.split_reference(image)[1]}:{image_mirror.run_tag(host.state)}"
         copy = copy_command(
-            image, _mirror_ref(image, head), authfile=auth, tls_verify=not insecure,
+            image, dest, image_mirror.writer_address(head), authfile=auth, tls_verify=not insecure,
             timeout_s=settings["ray_image_pull_timeout_s"],
         )  # fmt: skip
-        server.shell(name=f"Copy the exporter image {image} to the head's mirror", commands=[copy])
+        copied = server.shell(name=f"Copy the exporter image {image} to the head's mirror", commands=[copy])
+        image_mirror.note_digest_op(host.state, _digest_key(image), copied)
 
 
 def _pull(image: str, settings: dict[str, Any]) -> None:
@@ -273,14 +277,16 @@ def _pull(image: str, settings: dict[str, Any]) -> None:
     head = image_mirror.mirror_host()
     timeout_s = int(settings["ray_image_pull_timeout_s"])
     if head is not None and head.connected:
-        ref = shlex.quote(_mirror_ref(image, head))
-        pull = f"timeout {timeout_s} docker pull --quiet {ref} && docker tag {ref} {shlex.quote(image)} && "
-        pull += f"docker rmi {ref} >/dev/null"
-        what = f"Fetch the exporter image {image} through the head's mirror"
-    else:
-        pull = f"timeout {timeout_s} {pull_command(image, bool(settings['docker_registry_auth']))}"
-        what = f"Fetch the exporter image {image}"
-    server.shell(name=what, commands=[pull, record_command(image)])
+        what = f"Fetch the exporter image {image} through the head's mirror, by the digest the head copied"
+        image_mirror.pinned_pull(what, _digest_key(image), head, _mirror_ref(image, head), image, timeout_s)
+        server.shell(name=f"Record the exporter image {image}", commands=[record_command(image)])
+        return
+    pull = f"timeout {timeout_s} {pull_command(image, bool(settings['docker_registry_auth']))}"
+    server.shell(name=f"Fetch the exporter image {image}", commands=[pull, record_command(image)])
+
+
+def _digest_key(image: str) -> str:
+    return f"exporter image {image}"
 
 
 def _mirror_ref(image: str, head: Any) -> str:

@@ -9,7 +9,9 @@ import shlex
 import pytest
 
 from deploy.firewall import nftables
+from deploy.host import image_mirror
 from deploy.host.image_mirror import MirrorError
+from tests.plan.fakes import fake_mirror
 from tests.plan.fakes.fakehosts import CPU_WORKER, GPU_WORKER, HEAD, reference_cluster
 from tests.plan.harness import run_deploy
 
@@ -34,21 +36,48 @@ def test_the_head_installs_the_registry_with_docker_and_configures_it(fresh):
     install = " ".join(head.op("Install base packages").commands)
     assert "docker.io" in install and "docker-registry" in install and "skopeo" in install
     config = head.op("Configure the image mirror's registry").uploads["/etc/docker/registry/config.yml"]
-    assert "addr: :5000\n" in config
+    # the cluster's side: on the head's cluster address only, every write refused, deletes off
+    assert "addr: 10.0.0.1:5000\n" in config
+    assert "readonly:\n      enabled: true" in config and "delete:\n    enabled: false" in config
+    copy_side = head.op("Configure the image mirror's copy side").uploads[image_mirror.WRITER_CONFIG]
+    assert "addr: 127.0.0.1:5000\n" in copy_side and "readonly" not in copy_side
     for worker in (GPU_WORKER, CPU_WORKER):
         assert not fresh[worker].has_op("image mirror")
         assert "skopeo" not in " ".join(fresh[worker].commands)
 
 
-def test_the_head_copies_once_and_every_host_pulls_the_same_runs_copy(fresh):
+def test_the_registry_is_held_until_configured_and_answers_only_behind_the_firewall(fresh):
+    names = [op.name for op in fresh[HEAD].ops]
+    held = names.index("Keep the image mirror's registry stopped until it is configured")
+    assert fresh[HEAD].op("Keep the image mirror's registry stopped").commands == [
+        "systemctl mask docker-registry.service"
+    ]
+    assert held < names.index(next(n for n in names if "Install base packages" in n))
+    started = names.index("Image mirror | Enable and start the image mirror")
+    assert names.index("Image mirror | Let the image mirror's registry start") < started
+    assert max(i for i, n in enumerate(names) if n.startswith("Firewall |")) < started
+    drop_in = fresh[HEAD].op("Put the image mirror behind rayrig's firewall").uploads[image_mirror.DROP_IN_PATH]
+    assert "Wants=rayrig-firewall.service" in drop_in and "nft list table inet rayrig" in drop_in
+
+
+def test_the_head_copies_once_and_every_host_pulls_the_digest_it_copied(fresh):
     head = job_args(fresh[HEAD].op("into the head's mirror").commands[0])
-    # DIR TIMEOUT_S IMAGE PULL_REF DOCKER_CONFIG COPY_SRC COPY_DEST SRC_TLS_VERIFY AUTHFILE
+    # DIR TIMEOUT_S IMAGE PULL_REF DOCKER_CONFIG COPY_SRC COPY_DEST SRC_TLS_VERIFY AUTHFILE MODE WRITER WRITER_CONFIG
     assert head[2] == IMAGE and head[5] == IMAGE
-    assert re.fullmatch(rf"{MIRROR}/rayproject/ray:rayrig-\d{{14}}-[0-9a-f]{{6}}", head[6]), head[6]
-    assert head[3] == head[6]  # the head pulls the copy too
+    assert re.fullmatch(r"rayproject/ray:rayrig-\d{14}-[0-9a-f]{6}", head[6]), head[6]
+    assert head[3] == f"{MIRROR}/{head[6]}"  # the head pulls the copy too (by the digest it copied: pull-image.sh)
+    assert head[9:] == ["tag", "127.0.0.1:5000", image_mirror.WRITER_CONFIG]
     for worker in (GPU_WORKER, CPU_WORKER):
-        args = job_args(fresh[worker].op("from the head's mirror").commands[0])
-        assert args[3] == head[6] and args[5] == "" and args[6] == ""
+        args = job_args(fresh[worker].op(r"from the head's mirror \(in the background\)").commands[0])
+        assert args[3] == head[3] and args[5] == "" and args[6] == ""
+        assert args[9] == "warm"  # the tag only ahead: anyone who could move it would choose the image
+        names = [op.name for op in fresh[worker].ops]
+        pinned = names.index(f"Ray image | Pull {IMAGE} from the head's mirror by the digest the head copied")
+        assert names.index(f"Ray image | Wait for the pull of {IMAGE}") < pinned
+        command = fresh[worker].op(f"Pull {IMAGE} from the head's mirror by the digest").commands[0]
+        # made when it runs, from what the head's wait for its copy printed (tests/plan/fakes/fake_mirror.py)
+        assert f"docker pull --quiet {MIRROR}/rayproject/ray@{fake_mirror.DIGEST} " in command
+        assert f"docker tag {MIRROR}/rayproject/ray@{fake_mirror.DIGEST} {IMAGE}" in command
 
 
 def test_every_host_trusts_the_mirror_over_plain_http(fresh):
@@ -78,8 +107,8 @@ def test_a_host_without_the_image_makes_the_head_copy_it_and_pulls_it_from_there
     run = run_deploy(hosts)
     head = job_args(run[HEAD].op("into the head's mirror").commands[0])
     assert head[3] == "" and head[5] == IMAGE  # the head has the image: it only copies
-    worker = job_args(run[CPU_WORKER].op("from the head's mirror").commands[0])
-    assert worker[3] == head[6]
+    worker = job_args(run[CPU_WORKER].op(r"from the head's mirror \(in the background\)").commands[0])
+    assert worker[3] == f"{MIRROR}/{head[6]}"
     assert not run[GPU_WORKER].has_op("Pull ")
 
 

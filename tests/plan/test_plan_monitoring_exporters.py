@@ -5,12 +5,14 @@ monitoring_enabled = False, a package the host had before rayrig left as it was.
 
 from __future__ import annotations
 
+import re
 import shlex
 
 import pytest
 
 from deploy.firewall import nftables
 from deploy.monitoring import exporters as mon
+from tests.plan.fakes import fake_mirror
 from tests.plan.fakes.fakehosts import CPU_WORKER, GPU_WORKER, HEAD, NVIDIA_DAEMON_JSON, OSES, reference_cluster
 from tests.plan.harness import HostRun, Run, run_deploy
 
@@ -202,14 +204,16 @@ def test_the_head_copies_the_dcgm_image_once_and_the_gpu_host_fetches_it_from_th
     run = run_deploy(reference_cluster("ubuntu22", data={"image_mirror": "head"}))
     copy = run[HEAD].op(f"Copy the exporter image {DCGM_IMAGE} to the head's mirror")
     words = shlex.split(copy.commands[0])
-    assert words[:6] == ["timeout", "3600", "skopeo", "copy", "--quiet", "--retry-times"]
-    assert f"docker://{DCGM_IMAGE}" in words and "--dest-tls-verify=false" in words
-    dest = words[-1].removeprefix("docker://")
-    assert dest.startswith("10.0.0.1:5000/nvidia/k8s/dcgm-exporter:rayrig-")
+    # mirror-copy.sh SOURCE DEST WRITER_ADDR WRITER_CONFIG DIGEST_FILE SRC_TLS_VERIFY AUTHFILE TIMEOUT_S
+    assert words[:4] == ["/usr/local/lib/rayrig/mirror-copy.sh", DCGM_IMAGE, words[2], "127.0.0.1:5000"]
+    assert re.fullmatch(r"nvidia/k8s/dcgm-exporter:rayrig-\d{14}-[0-9a-f]{6}", words[2]), words
+    assert words[-1] == "3600"
     fetch = run[GPU_WORKER].op(f"Fetch the exporter image {DCGM_IMAGE} through the head's mirror")
+    pinned = f"10.0.0.1:5000/nvidia/k8s/dcgm-exporter@{fake_mirror.DIGEST}"
     assert fetch.commands[0] == (
-        f"timeout 3600 docker pull --quiet {dest} && docker tag {dest} {DCGM_IMAGE} && docker rmi {dest} >/dev/null"
-    )
+        f"timeout 3600 docker pull --quiet {pinned} && docker tag {pinned} {DCGM_IMAGE} "
+        f"&& {{ docker rmi {pinned} 10.0.0.1:5000/{words[2]} >/dev/null 2>&1 || true; }}"
+    )  # the digest the head's copy printed (tests/plan/fakes/fake_mirror.py), never the tag
     assert copy.step < fetch.step  # pyinfra runs the head's copy on every host before anyone fetches
     assert not run[HEAD].has_op("Fetch the exporter image") and not run[CPU_WORKER].has_op("exporter image")
 

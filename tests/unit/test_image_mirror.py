@@ -31,8 +31,8 @@ def test_the_mirror_reference_keeps_the_path_and_takes_the_runs_tag():
 
 
 def test_the_registry_listens_on_the_port_and_keeps_its_storage():
-    text = image_mirror.registry_config(5050)
-    assert "addr: :5050\n" in text
+    text = image_mirror.registry_config("10.0.0.1:5050")
+    assert "addr: 10.0.0.1:5050\n" in text
     assert f"rootdirectory: {image_mirror.STORAGE}\n" in text
     assert "proxy" not in text  # a copy, not a pull-through proxy: see the module's docstring
 
@@ -43,3 +43,68 @@ def test_the_pulls_own_seconds_come_from_its_waits_last_line():
     assert pull_seconds(["result 1 2.0"]) is None  # a failed pull is not counted
     assert pull_seconds(["copied 0 4.0"]) is None
     assert pull_seconds([]) is None
+
+
+class _Meta:
+    def __init__(self, lines: list[str], ok: bool = True):
+        self.stdout_lines, self.ok = lines, ok
+
+    def is_complete(self) -> bool:
+        return True
+
+    def did_succeed(self) -> bool:
+        return self.ok
+
+
+class _Run:
+    """What :class:`image_mirror.MirrorDigest` reads of a pyinfra run: the head's operations' output."""
+
+    def __init__(self, lines: list[str] | None, executing: bool = True, ok: bool = True):
+        self.is_executing = executing
+        self.inventory = self
+        self.ops = (
+            {"head": {"h1": type("Data", (), {"operation_meta": _Meta(lines, ok)})()}} if lines is not None else {}
+        )
+
+    def get_host(self, name: str) -> str:
+        return name
+
+
+def _pinned(run: _Run) -> str:
+    image_mirror.run_memo(run, "mirror_digests")["ray_image"] = "h1"
+    digest = image_mirror.MirrorDigest(run, "head", "ray_image")
+    return str(image_mirror.PinnedPull(digest, "10.0.0.1:5000/r/ray:rayrig-1", "r/ray:1", 60))
+
+
+DIGEST = "sha256:" + "ab" * 32
+
+
+def test_a_host_pulls_the_digest_the_heads_copy_printed_never_the_tag():
+    command = _pinned(_Run(["noise", f"copied 0 12.3 {DIGEST}"]))
+    assert command.startswith(f"timeout 60 docker pull --quiet 10.0.0.1:5000/r/ray@{DIGEST} && ")
+    assert f"docker tag 10.0.0.1:5000/r/ray@{DIGEST} r/ray:1" in command
+    assert "docker pull --quiet 10.0.0.1:5000/r/ray:rayrig-1" not in command
+
+
+@pytest.mark.parametrize(
+    "run",
+    [_Run(["copied 0 12.3"]), _Run(None), _Run([f"digest {DIGEST}"], ok=False), _Run(["digest sha256:short"])],
+    ids=["no digest printed", "the head ran no copy", "the copy failed", "not a digest"],
+)
+def test_without_the_heads_digest_the_pull_fails_and_names_the_head(run):
+    command = _pinned(run)
+    assert "docker" not in command and command.startswith("sh -c ")
+    assert "the head (head) printed no digest for its copy of r/ray:1" in command
+
+
+def test_before_the_run_the_plan_shows_where_the_digest_goes():
+    assert "'10.0.0.1:5000/r/ray@<the digest the head copied>'" in _pinned(_Run(None, executing=False))
+
+
+def test_the_cluster_side_of_the_mirror_refuses_writes_and_the_copy_side_listens_on_loopback():
+    cluster = image_mirror.registry_config("10.0.0.1:5000")
+    assert "addr: 10.0.0.1:5000\n" in cluster and "readonly:\n      enabled: true" in cluster
+    assert "delete:\n    enabled: false" in cluster
+    copy_side = image_mirror.registry_config("127.0.0.1:5000", read_only=False)
+    assert "addr: 127.0.0.1:5000\n" in copy_side and "readonly" not in copy_side
+    assert "delete:\n    enabled: false" in copy_side

@@ -53,7 +53,14 @@ from deploy.ray import auth, cluster_token, env_secret, membership, ray_node, ra
 from deploy.run.facts import SecretFileDigest
 from deploy.storage import nfs
 from deploy.storage.mounts import mount_points
-from tests.plan.fakes import fake_firewall, fake_monitoring, fake_monitoring_exporters, fake_repo_keys, fake_storage
+from tests.plan.fakes import (
+    fake_firewall,
+    fake_mirror,
+    fake_monitoring,
+    fake_monitoring_exporters,
+    fake_repo_keys,
+    fake_storage,
+)
 from tests.plan.fakes.fake_docker import ENGINE_PACKAGES, HostDocker, engine_versions, repo_files, uses_docker_repo
 from tests.plan.fakes.fake_nvidia import H100, HostGPUs, nvidia_files  # noqa: F401
 from tests.plan.fakes.fake_os import FAMILY, MEM_KB, NOFILE_HARD, OS_RELEASE, OSES, UPLOAD_DIR, HostOS  # noqa: F401
@@ -267,6 +274,7 @@ def _steps(
         fake_storage.facts(os_name, converged, data, members, storage),
         fake_monitoring.facts(converged, data, monitoring),
         fake_monitoring_exporters.facts(os_name, converged, data, gpus, exporters),
+        fake_mirror.facts(),
     ]
 
 

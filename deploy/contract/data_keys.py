@@ -140,6 +140,7 @@ PROPERTIES: dict[str, dict[str, Any]] = {
     "image_mirror": {"enum": ["off", "head"], "x-expected": '"off" or "head"'},
     "image_mirror_port": {"type": "integer", "minimum": 1, "maximum": 65535, "x-expected": "a TCP port (1-65535)"},
     "ray_container_name": {"type": "string", "pattern": _NAME, "x-expected": "a container name"},
+    "ray_container_hardened": {"type": "boolean", "x-expected": "true or false"},
     "ray_shm_size": {
         "oneOf": [{"const": "auto"}, {"type": "string", "pattern": _SIZE}],
         "x-expected": '"auto" or a size above 0 such as "16g"',

@@ -34,6 +34,9 @@ DESCRIPTIONS: dict[str, str] = {
         "upstream. The head must be a Debian or Ubuntu host.",
     "image_mirror_port": "TCP port of the head's image mirror (plain HTTP); only the cluster's members reach it.",
     "ray_container_name": "The name of the container running Ray, and of the systemd unit that supervises it.",
+    "ray_container_hardened": "The ray-node container runs with `--security-opt no-new-privileges` and, of Docker's "
+    "default capabilities, only those Ray and its jobs use (CHOWN, DAC_OVERRIDE, FOWNER, FSETID, KILL, SETGID, "
+    "SETUID); `False`: Docker's defaults, for an image whose jobs call `sudo` or other setuid programs.",
     "ray_shm_size": "The ray-node container's shared memory (`--shm-size`), e.g. `\"16g\"`; `\"auto\"`: 30% of the "
         "host's memory.",
     "ray_ulimit_nofile": "The open-files limit inside ray-node (Ray advises 65536), capped at the host's hard "

@@ -181,6 +181,7 @@ def docker_run_args(
     ]  # fmt: skip
     if nofile:
         args.append(f"--ulimit=nofile={nofile}:{nofile}")
+    args += hardening_args(settings)
     args += efa.run_args(settings)  # an EFA host's devices and memlock limit
     env = {
         **ray_metrics_env(settings["ray_ports"], role),  # the head's metrics ports, which ray start cannot set
@@ -207,6 +208,27 @@ def docker_run_args(
     if num_gpus > 0:
         args.append(gpus_option(settings.get("nvidia_visible_devices", "all")))
     return args + [settings["ray_image"], *start_args]
+
+
+#: Of Docker's default capabilities, those Ray and its jobs use as root in the container: files owned by
+#: others on shared storage and in Ray's temp folder (CHOWN, DAC_OVERRIDE, FOWNER, FSETID), worker
+#: processes of another user (KILL), and images that drop to a user of their own (SETGID, SETUID).
+#: Dropped: NET_RAW (raw sockets on the host network: spoofing), NET_BIND_SERVICE (Ray's ports are
+#: above 1024), MKNOD, AUDIT_WRITE, SYS_CHROOT, SETFCAP and SETPCAP.
+RAY_CAPABILITIES = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID")
+
+
+def hardening_args(settings: dict[str, Any]) -> list[str]:
+    """``docker create`` arguments that take from ray-node what Ray does not need (``ray_container_hardened``).
+
+    >>> hardening_args({"ray_container_hardened": True})[:2]
+    ['--security-opt=no-new-privileges', '--cap-drop=ALL']
+    >>> hardening_args({"ray_container_hardened": False})
+    []
+    """
+    if not settings["ray_container_hardened"]:
+        return []
+    return ["--security-opt=no-new-privileges", "--cap-drop=ALL", *(f"--cap-add={c}" for c in RAY_CAPABILITIES)]
 
 
 def config_hash(run_args: list[str]) -> str:

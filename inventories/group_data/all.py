@@ -17,6 +17,7 @@ ray_node_ip = None  # address this node advertises and other nodes dial; None: t
 ray_version = "2.60.0"  # the Ray version every container must run (checked against the image)
 ray_container_name = "ray-node"  # the container running Ray, supervised by the systemd unit of the same name
 ray_shm_size = "auto"  # --shm-size of the ray-node container, e.g. "16g"; "auto": 30% of host memory
+ray_container_hardened = True  # ray-node with no-new-privileges and only the capabilities Ray needs; False: Docker's defaults
 ray_ulimit_nofile = 65536  # open-files limit in ray-node (Ray's advice); capped at the host's hard limit
 ray_dashboard_host = "127.0.0.1"  # dashboard bind address on the head; reach it through an SSH tunnel
 ray_ports = {  # every port Ray listens on, pinned so that firewalls and security groups can be exact

@@ -67,6 +67,17 @@ def test_docker_args_pass_gpus_only_when_there_are_some():
     assert not [a for a in build(nofile=None) if a.startswith("--ulimit")]
 
 
+def test_ray_node_runs_without_new_privileges_and_with_only_the_capabilities_ray_uses():
+    args = build()
+    assert "--security-opt=no-new-privileges" in args and "--cap-drop=ALL" in args
+    added = {a.removeprefix("--cap-add=") for a in args if a.startswith("--cap-add=")}
+    assert added == {"CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID"}
+    assert not {"NET_RAW", "NET_BIND_SERVICE", "MKNOD", "SYS_ADMIN"} & added
+    assert args.index("--cap-drop=ALL") < args.index(next(a for a in args if a.startswith("--cap-add=")))
+    loose = build(ray_settings(ray_container_hardened=False))
+    assert not [a for a in loose if a.startswith(("--cap-", "--security-opt"))]
+
+
 def test_config_hash_is_stable():
     a = build(ray_settings(ray_resources={"x": 1, "y": 2}))
     b = build(ray_settings(ray_resources={"y": 2, "x": 1}))

@@ -127,7 +127,7 @@ def test_fresh_host_runs_the_guard_and_every_listening_service_wants_the_firewal
             assert "Wants=rayrig-firewall.service" in str(units[path]), path
     mirror = run_deploy(reference_cluster("ubuntu22", "fresh", data={"image_mirror": "head"}))
     drop_in = mirror[HEAD].uploads["/etc/systemd/system/docker-registry.service.d/rayrig.conf"]
-    assert "Wants=rayrig-firewall.service" in drop_in and "ExecStartPre=/bin/sh -c" in drop_in
+    assert "Wants=rayrig-firewall.service" in drop_in and "ExecStartPre=+/bin/sh -c" in drop_in
 
 
 def test_firewall_comes_after_storage_and_before_ray(fresh):

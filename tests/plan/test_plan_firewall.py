@@ -288,11 +288,16 @@ def test_turning_the_firewall_off_removes_it(os_name):
         assert host.op("Remove rayrig's nftables ruleset").commands == [f"rm -f {RULESET}"]
         assert not any("apt-get" in c or "dnf" in c for c in host.commands)  # nftables itself stays
     assert set(run.changed_hosts) == set(ALL)
-    # Beside the firewall, only the units move: they no longer wait for rayrig's table. The exporters,
+    # Beside the firewall, only the units move: they no longer want rayrig's firewall. The exporters,
     # whose flags stay, are not restarted.
     others = {n for names in run.changed_hosts.values() for n in names if not n.startswith("Firewall |")}
     exporters = {n for n in others if n.startswith("Monitoring exporters |")}
-    assert others - exporters == {"Ray node | Install the ray-node systemd unit", "Ray node | Reload systemd units"}
+    assert others - exporters == {
+        "Ray node | Install the ray-node systemd unit",
+        "Ray node | Reload systemd units",
+        *(f"Monitoring server | {what} rayrig-{c}{unit}" for c in ("prometheus", "grafana")
+          for what, unit in (("Install the", " systemd unit"), ("Reload systemd units for", ""))),
+    }  # fmt: skip
     assert exporters and all(
         re.search(r"\| (Install the .* unit|Make .* listen|Reload systemd units)", n) for n in exporters
     )

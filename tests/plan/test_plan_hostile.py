@@ -101,7 +101,7 @@ def test_the_corpus_reaches_every_string_key_of_the_schema():
         "firewall_members_all_ports",
         "nvidia_allow_reboot", "nvidia_reboot_timeout_s", "ray_head_wait_s", "ray_object_store_bytes", "ray_ports",
         "ray_replace_timeout_s", "ray_drain_timeout_s", "ray_gcs_fault_tolerance", "ray_efa", "ray_efa_device_rdma",
-        "ray_ulimit_nofile", "ray_image_pull_timeout_s", "image_mirror_port",
+        "ray_ulimit_nofile", "ray_image_pull_timeout_s", "image_mirror_port", "ray_container_hardened",
         "monitoring_enabled", "monitoring_ports", "monitoring_prometheus_port", "monitoring_grafana",
         "monitoring_grafana_port", "checks_monitoring", "checks_monitoring_window_s",
         "ray_tls_renew_days", "ray_tls_validity_days", "ray_tls_ca_validity_days",

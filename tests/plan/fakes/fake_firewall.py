@@ -116,9 +116,7 @@ def facts(
         systemd_unit(nftables.UNIT, "exited" if installed else "dead", "enabled" if installed else "")
     )
     guarded = options.get("guard_installed", installed)
-    state.responses.update(
-        systemd_unit(guard.UNIT, "running" if guarded else "dead", "enabled" if guarded else "")
-    )
+    state.responses.update(systemd_unit(guard.UNIT, "running" if guarded else "dead", "enabled" if guarded else ""))
     if installed:
         state.packages = ("nftables",)
         state.dirs["/etc/rayrig"] = 755

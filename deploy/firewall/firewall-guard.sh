@@ -13,7 +13,18 @@ state=/run/rayrig/firewall-guard
 mkdir -p "$state" || exit 1
 digest_in() { sed -n 's/^[[:space:]]*comment "rayrig ruleset \([0-9a-f]*\)"$/\1/p' | head -n 1; }
 guarded() { systemctl show --property WantedBy --value "$unit" | tr ' ' '\n' | grep '\.service$'; }
-since=""
+# A restart of nftables.service or of FIREWALL_UNIT flushes the table and loads it again a moment later:
+# a table missing at one look only, or while either unit is (de)activating (for up to 10 s), is that.
+settling() {
+    local u
+    for u in nftables.service "$unit"; do
+        case $(systemctl show --property ActiveState --value "$u" 2>/dev/null) in
+            activating | deactivating | reloading) return 0 ;;
+        esac
+    done
+    return 1
+}
+since="" missing=""
 while :; do
     now=$(date +%s)
     # shellcheck disable=SC2086  # TABLE is "FAMILY NAME", two words
@@ -21,13 +32,15 @@ while :; do
     expected=$(digest_in <"$ruleset" 2>/dev/null)
     why=""
     if [ -z "$loaded" ]; then
-        since=""
-        why="rayrig's table ($table) is not loaded"
+        since="" missing=${missing:-$now}
+        if [ "$missing" != "$now" ] && { [ $((now - missing)) -ge 10 ] || ! settling; }; then
+            why="rayrig's table ($table) is not loaded"
+        fi
     elif [ "$loaded" != "$expected" ]; then
-        since=${since:-$now}
+        missing="" since=${since:-$now}
         [ $((now - since)) -lt "$grace" ] || why="rayrig's table ($table) is not the one in $ruleset"
     else
-        since=""
+        since="" missing=""
     fi
     if [ -n "$why" ] && [ ! -e "$state/stopped" ]; then
         units=$(for u in $(guarded); do systemctl is-active --quiet "$u" && echo "$u"; done | tr '\n' ' ')
@@ -35,7 +48,7 @@ while :; do
         echo "$why: stopping ${units:-nothing} until it is loaded again"
         # shellcheck disable=SC2086
         [ -z "${units// /}" ] || systemctl stop $units
-    elif [ -z "$why" ] && [ -z "$since" ] && [ -e "$state/stopped" ]; then
+    elif [ -z "$why" ] && [ -z "$since" ] && [ -z "$missing" ] && [ -e "$state/stopped" ]; then
         units=$(cat "$state/stopped")
         echo "rayrig's table ($table) is loaded again: starting ${units:-nothing}"
         # shellcheck disable=SC2086

@@ -4,12 +4,12 @@ Debian's and RHEL's ``nftables.service`` flush the whole ruleset when they stop,
 ``nft flush ruleset`` does the same by hand: without a guard, Ray, the exporters, the
 image mirror and Prometheus would stay up and open to everyone until the next deploy.
 ``rayrig-firewall-guard.service`` (``firewall-guard.sh``) reads the loaded table every
-second. When it is missing, or was loaded from another ruleset than the one on disk
+second. When it is missing at two looks in a row (not while a restart of nftables or
+of rayrig-firewall is loading it again, up to 10 s), or was loaded from another ruleset than the one on disk
 for longer than a deploy takes to load a new one, it stops every service that wants
 ``rayrig-firewall.service`` (each of rayrig's units says so: ``Wants=``), and starts
 again the ones it stopped once the table is back. A ``systemctl restart nftables``
-loads the table again within milliseconds (rayrig's drop-in), before the guard looks:
-Ray stays up.
+loads the table again within milliseconds (rayrig's drop-in): Ray stays up.
 """
 
 from __future__ import annotations

@@ -27,6 +27,7 @@ import time
 import pytest
 
 from cloud import lab as local
+from deploy.contract import settings
 from tests.e2e.labkit import (
     BUCKET,
     HOSTS,
@@ -37,6 +38,8 @@ from tests.e2e.labkit import (
     baseline_signature,
     deploy,
     fresh_lab,
+    mirror_poisoner_tries,
+    start_mirror_poisoner,
     wait_for_alive,
 )
 
@@ -103,9 +106,16 @@ def first_deploy(lab):
     deployed = lab.sh(lab.head, "command -v docker || true").strip()
     assert not deployed, "the first deploy needs a fresh lab, and this one was deployed: run test_lab_cluster first"
     started = utc_now()
-    result = deploy(LAB_INVENTORY, "--data", "image_mirror=head")
+    # A member tries to write into the head's mirror all along (test_lab_cluster reads what it got).
+    attacker = lab.workers[0]
+    start_mirror_poisoner(lab, attacker, f"{lab.head['address']}:{settings.defaults()['image_mirror_port']}")
+    try:
+        result = deploy(LAB_INVENTORY, "--data", "image_mirror=head")
+    finally:
+        result_tries = mirror_poisoner_tries(lab, attacker)
     assert result.returncode == 0, "the first deploy failed"
     result.started, result.ended = started, utc_now()  # the upstream registry's log in between is this deploy's
+    result.mirror_write_tries = result_tries
     return result
 
 

@@ -359,3 +359,52 @@ if __name__ == "__main__":
             fresh_lab(name)
         else:
             local.down(name)
+
+
+#: A member that tries to write into the head's image mirror while the deploy runs: every second it lists
+#: the mirror's repositories and tags and PUTs each manifest back with one byte more (same layers, another
+#: digest: a writable registry takes it, 201), and starts a blob upload (POST). One JSON line per try.
+MIRROR_POISONER = r"""
+import json, sys, time, urllib.error, urllib.request
+base, log = f"http://{sys.argv[1]}", open(sys.argv[2], "a", buffering=1)
+ACCEPT = "application/vnd.docker.distribution.manifest.v2+json, application/vnd.oci.image.manifest.v1+json"
+def call(method, path, data=None, headers=None):
+    request = urllib.request.Request(base + path, data=data, method=method, headers=headers or {})
+    try:
+        with urllib.request.urlopen(request, timeout=5) as answer:
+            return answer.status, answer.read(), answer.headers.get("Content-Type", "")
+    except urllib.error.HTTPError as error:
+        return error.code, b"", ""
+    except Exception as error:
+        return type(error).__name__, b"", ""
+while True:
+    status, body, _ = call("GET", "/v2/_catalog")
+    repos = json.loads(body).get("repositories") or [] if status == 200 else []
+    for repo in repos:
+        outcome, _, _ = call("POST", f"/v2/{repo}/blobs/uploads/")
+        log.write(json.dumps({"op": "POST", "repo": repo, "tag": "", "outcome": outcome}) + "\n")
+        status, body, _ = call("GET", f"/v2/{repo}/tags/list")
+        for tag in (json.loads(body).get("tags") or [] if status == 200 else []):
+            status, manifest, kind = call("GET", f"/v2/{repo}/manifests/{tag}", headers={"Accept": ACCEPT})
+            if status != 200:
+                continue
+            outcome, _, _ = call("PUT", f"/v2/{repo}/manifests/{tag}", manifest + b"\n", {"Content-Type": kind})
+            log.write(json.dumps({"op": "PUT", "repo": repo, "tag": tag, "outcome": outcome}) + "\n")
+    if not repos:
+        log.write(json.dumps({"op": "GET", "repo": "", "tag": "", "outcome": status}) + "\n")
+    time.sleep(1)
+"""
+POISONER_LOG = "/tmp/rayrig-e2e-mirror-poisoner.log"
+
+
+def start_mirror_poisoner(lab: Lab, member: dict, mirror: str) -> None:
+    """``member`` tries to write into the mirror at ``mirror`` (host:port) until :func:`mirror_poisoner_tries`."""
+    script = "/tmp/rayrig-e2e-mirror-poisoner.py"
+    lab.sh(member, f"cat > {script} <<'POISON'\n{MIRROR_POISONER}\nPOISON\nrm -f {POISONER_LOG}")
+    lab.sh(member, f"nohup timeout 1800 python3 {script} {mirror} {POISONER_LOG} >/dev/null 2>&1 &")
+
+
+def mirror_poisoner_tries(lab: Lab, member: dict) -> list[dict]:
+    """Stop the member's writes into the mirror; what each try got (an HTTP status, or the error's name)."""
+    lab.sh(member, "pkill -f '[r]ayrig-e2e-mirror-poisoner' || true")  # [r]: not this command itself
+    return [json.loads(line) for line in lab.sh(member, f"cat {POISONER_LOG} 2>/dev/null || true").splitlines() if line]

@@ -14,6 +14,7 @@ import os
 import re
 import subprocess
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -140,6 +141,36 @@ def test_the_head_mirror_took_each_layer_from_upstream_once_and_every_node_runs_
     assert "image pull" in first_deploy.stderr + first_deploy.stdout
 
 
+def test_no_member_can_write_into_the_mirror_and_every_node_runs_the_digest_the_head_copied(
+    lab, baseline, first_deploy
+):
+    """A worker tried to write into the head's mirror all through the first deploy (conftest.py): every
+    manifest PUT under the run's tag and every blob upload was refused, and every node runs the image
+    whose manifest the head copied from upstream (its image ID is that manifest's config digest)."""
+    tries = first_deploy.mirror_write_tries
+    writes = [t for t in tries if t["op"] in ("PUT", "POST")]
+    assert any(t["op"] == "PUT" and t["tag"].startswith("rayrig-") for t in writes), tries[-20:]
+    accepted = [t for t in writes if t["outcome"] in (200, 201, 202, 204)]
+    assert not accepted, f"the mirror took a member's write: {accepted[:5]}"
+    assert any(t["outcome"] == 405 for t in writes), writes[:20]  # the registry's own refusal, not a closed port
+    path, tag = lab.state["image"].split("/", 1)[1].rsplit(":", 1)
+    request = urllib.request.Request(
+        f"http://{lab.state['registry_local']}/v2/{path}/manifests/{tag}",
+        headers={
+            "Accept": "application/vnd.docker.distribution.manifest.v2+json, application/vnd.oci.image.manifest.v1+json"
+        },
+    )
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        upstream_config = json.loads(answer.read())["config"]["digest"]
+    for h in lab.hosts:
+        assert lab.sh(h, "sudo docker inspect --format '{{.Image}}' ray-node").strip() == upstream_config, h["address"]
+    # The mirror answers on the head's cluster address only; its copy side is not up between copies.
+    port = settings.defaults()["image_mirror_port"]
+    listening = lab.sh(lab.head, f"sudo ss -ltnH 'sport = :{port}'").split()
+    assert f"{lab.head['address']}:{port}" in listening, listening
+    assert not {f"0.0.0.0:{port}", f"*:{port}", f"[::]:{port}", f"127.0.0.1:{port}"} & set(listening), listening
+
+
 def test_the_firewall_admits_only_the_clusters_members(lab, baseline):
     ports = ray_ports()
     head, worker = lab.head["address"], lab.workers[0]["address"]
@@ -157,6 +188,60 @@ def test_the_firewall_admits_only_the_clusters_members(lab, baseline):
     assert member_can_connect(lab, lab.head, worker, ports["object_manager"])
     ruleset = lab.sh(lab.head, "sudo nft list table inet rayrig")
     assert "policy drop" in ruleset
+
+
+def closed_within(lab: Lab, targets: list[tuple[str, int]], seconds: float) -> float:
+    """Seconds until a non-member reaches none of ``targets``; the test fails after ``seconds``."""
+    started = time.monotonic()
+    while True:
+        seen = outsider_probe(lab, targets)
+        if not any(seen.values()):
+            return time.monotonic() - started
+        assert time.monotonic() - started < seconds, f"still open after {seconds} s: {seen}"
+        time.sleep(0.5)
+
+
+SAVED_RULESET = "/tmp/rayrig-e2e-ruleset.nft"
+
+
+def test_a_worker_without_its_firewall_table_closes_its_ports_and_rejoins_once_it_is_back(lab, baseline):
+    """Fail closed (the firewall guard): on a worker whose distribution firewall runs, as a Debian firewall
+    host's does, losing rayrig's table three ways stops Ray and the node exporter within 10 s; the table
+    back, the node is alive again within 60 s, with no deploy. A plain restart of nftables leaves Ray up."""
+    worker = lab.workers[1]
+    address = worker["address"]
+    ports = ray_ports()
+    names = ("node_manager", "object_manager", "runtime_env_agent", "metrics_export", "dashboard_agent_grpc",
+             "dashboard_agent_http")  # fmt: skip
+    targets = [(address, ports[n]) for n in names] + [
+        (address, settings.defaults()["monitoring_ports"]["node_exporter"])
+    ]
+    assert not any(outsider_probe(lab, targets).values())  # the firewall, at first
+    # The lab's hosts are containers: their DNS (Docker's, at 127.0.0.11) and their own Docker's NAT live in
+    # the same ruleset that nftables.service flushes. Kept here, put back at the end in one transaction.
+    lab.sh(worker, f"{{ echo 'flush ruleset'; sudo nft list ruleset; }} > {SAVED_RULESET}")
+    lab.sh(worker, "sudo systemctl start nftables")  # /etc/nftables.conf flushes everything; rayrig's drop-in reloads
+    started_at = lab.sh(worker, "sudo docker inspect --format '{{.State.StartedAt}}' ray-node").strip()
+    lab.sh(worker, "sudo systemctl restart nftables && sleep 5")
+    assert lab.sh(worker, "sudo docker inspect --format '{{.State.StartedAt}}' ray-node").strip() == started_at
+    try:
+        for lose, restore in (
+            ("sudo systemctl stop nftables", "sudo systemctl start nftables"),
+            ("sudo nft flush ruleset", "sudo systemctl reload nftables"),
+            ("sudo systemctl stop rayrig-firewall", "sudo systemctl start rayrig-firewall"),
+        ):
+            lab.sh(worker, lose)
+            print(f"{lose}: closed in {closed_within(lab, targets, 10):.1f} s")
+            back = time.monotonic()
+            lab.sh(worker, restore)
+            wait_for_alive(lab, HOSTS, 60, addresses=[h["address"] for h in lab.hosts])
+            print(f"{restore}: alive again in {time.monotonic() - back:.1f} s")
+            assert lab.sh(worker, "sudo nft list table inet rayrig | grep -c 'policy drop'").strip() == "1"
+    finally:  # the ruleset as it was, rayrig's table in it all along: the guard sees no gap
+        lab.sh(worker, f"sudo systemctl start rayrig-firewall; sudo nft -f {SAVED_RULESET}")
+        wait_for_alive(lab, HOSTS, 120, addresses=[h["address"] for h in lab.hosts])
+        name = lab.state["registry_container"]  # a name only Docker's DNS in the lab knows
+        assert lab.sh(worker, f"getent hosts {name} >/dev/null && echo resolved || echo not").strip() == "resolved"
 
 
 def test_ray_refuses_a_client_without_the_token_and_admits_one_with_it(lab, baseline):

@@ -109,19 +109,9 @@ def digest_key_path(settings: dict[str, Any]) -> Path:
 def store_digest_key(path: Path, key: str) -> None:
     """Write ``key`` to ``path``, 0600 in a 0700 folder, unless the file exists (another deploy's wins).
 
-    The file appears whole or not at all: a private temporary file beside it is linked in place.
+    The file appears whole or not at all, written the way the Ray token is (``auth.store_token``).
     """
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    temp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(key.strip() + "\n")
-        os.link(temp, path)
-    except FileExistsError:
-        pass
-    finally:
-        temp.unlink(missing_ok=True)
+    auth.store_token(path, key)
 
 
 def read_digest_key(path: Path) -> str:

@@ -35,7 +35,7 @@ from pyinfra.operations import files
 
 from deploy.contract.settings import host_data, host_settings, merge
 from deploy.ray import auth
-from deploy.run.facts import SecretFileDigest, read_unprinted
+from deploy.run.facts import SecretFileDigest, read_unprinted_file, unprinted_file_command
 from deploy.run.memo import run_lock, run_memo
 
 #: The private upload directory, in the SSH user's home.
@@ -49,11 +49,7 @@ DIGEST_KEY_NAME = "secret_digest_key"
 KEY_FOLLOWS, NO_KEY = "RAYRIG-DIGEST-KEY-FOLLOWS", "RAYRIG-NO-DIGEST-KEY"
 #: Reads the head's digest key (when the operator's machine has none); its output is never printed. A
 #: folder it may not look into (no sudo) is an error, not "no key" (a new key would rewrite every secret file).
-READ_KEY_COMMAND = (
-    f"if [ -e {DIGEST_KEY_DIR} ] && ! [ -x {DIGEST_KEY_DIR} ]; "
-    f"then echo 'cannot look into {DIGEST_KEY_DIR}: not root and no sudo' >&2; exit 1; fi; "
-    f"if [ -f {DIGEST_KEY_PATH} ]; then echo {KEY_FOLLOWS} && cat {DIGEST_KEY_PATH}; else echo {NO_KEY}; fi"
-)
+READ_KEY_COMMAND = unprinted_file_command(DIGEST_KEY_DIR, DIGEST_KEY_PATH, KEY_FOLLOWS, NO_KEY)
 #: The global arguments that make pyinfra upload through a temp file (and run as another user).
 ESCALATION = ("_sudo", "_doas", "_dzdo")
 #: The same arguments turned off: what runs as the SSH user itself.
@@ -148,15 +144,9 @@ def cluster_digest_key(current: Any) -> str:
 
 def _head_key(inventory: Any) -> str | None:
     head = next(h for h in inventory if merge(host_data(h))["ray_role"] == "head")
-    ok, lines, stderr = read_unprinted(head, READ_KEY_COMMAND, "to read the cluster's digest key")
-    if not ok or not (KEY_FOLLOWS in lines or NO_KEY in lines):
-        detail = " ".join(stderr)[-300:] or f"exit status not 0, no {KEY_FOLLOWS!r} or {NO_KEY!r} line"
-        raise DigestKeyError(
-            f"host {head.name}: could not read the cluster's digest key ({DIGEST_KEY_PATH}) through sudo: "
-            f"{detail}. Nothing was changed on any host."
-        )
-    key = "".join(lines[lines.index(KEY_FOLLOWS) + 1 :]) if KEY_FOLLOWS in lines else ""
-    return key if re.fullmatch(r"[0-9a-f]{64}", key) else None  # none, or unusable: a new one replaces it
+    what = "the cluster's digest key"
+    key = read_unprinted_file(head, READ_KEY_COMMAND, (KEY_FOLLOWS, NO_KEY), what, DIGEST_KEY_PATH, DigestKeyError)
+    return key if key and re.fullmatch(r"[0-9a-f]{64}", key) else None  # none, or unusable: a new one replaces it
 
 
 def keyed_digest(key: str, content: str) -> str:

@@ -34,7 +34,7 @@ from pyinfra.api.exceptions import PyinfraError
 
 from deploy.contract.settings import host_data, host_settings, merge
 from deploy.ray import auth
-from deploy.run.facts import ContainerState, fact, read_unprinted
+from deploy.run.facts import ContainerState, fact, read_unprinted_file, unprinted_file_command
 from deploy.run.memo import run_lock, run_memo
 
 #: Set to 1 by ``rayrig token rotate``: the local token is the cluster's next one.
@@ -45,12 +45,7 @@ TOKEN_LABEL = auth.TOKEN_LABEL
 TOKEN_FOLLOWS, NO_TOKEN = "RAYRIG-TOKEN-FOLLOWS", "RAYRIG-NO-TOKEN"
 #: Reads the head's token file: a marker line, then the token. A folder it may not look into (no sudo)
 #: is an error, not "no token". Its output is never printed.
-READ_COMMAND = (
-    f"if [ -e {auth.NODE_TOKEN_DIR} ] && ! [ -x {auth.NODE_TOKEN_DIR} ]; "
-    f"then echo 'cannot look into {auth.NODE_TOKEN_DIR}: not root and no sudo' >&2; exit 1; fi; "
-    f"if [ -f {auth.NODE_TOKEN_PATH} ]; then echo {TOKEN_FOLLOWS} && cat {auth.NODE_TOKEN_PATH}; "
-    f"else echo {NO_TOKEN}; fi"
-)
+READ_COMMAND = unprinted_file_command(auth.NODE_TOKEN_DIR, auth.NODE_TOKEN_PATH, TOKEN_FOLLOWS, NO_TOKEN)
 
 
 #: Said once on every deploy of a cluster without token authentication (``ray_auth_allow_none`` consented).
@@ -117,16 +112,11 @@ def _settle(inventory: Any) -> Path | None:
 def read_head_token(head: Any) -> str | None:
     """The token in the head's ``auth.NODE_TOKEN_PATH`` (None when there is none), read through sudo
     as the deploy's operations are, its output kept from pyinfra's printing and logs."""
-    ok, lines, stderr = read_unprinted(head, READ_COMMAND, "to read the cluster's Ray token")
-    if not ok or not (TOKEN_FOLLOWS in lines or NO_TOKEN in lines):
-        detail = " ".join(stderr)[-300:] or f"exit status not 0, no {TOKEN_FOLLOWS!r} or {NO_TOKEN!r} line"
-        raise ClusterTokenError(
-            f"host {head.name}: could not read the cluster's Ray token ({auth.NODE_TOKEN_PATH}) through sudo: "
-            f"{detail}. Nothing was changed on any host."
-        )
-    if NO_TOKEN in lines:
+    markers = (TOKEN_FOLLOWS, NO_TOKEN)
+    what = "the cluster's Ray token"
+    token = read_unprinted_file(head, READ_COMMAND, markers, what, auth.NODE_TOKEN_PATH, ClusterTokenError)
+    if token is None:
         return None
-    token = "".join(lines[lines.index(TOKEN_FOLLOWS) + 1 :])
     if not token:
         raise ClusterTokenError(
             f"host {head.name}: the cluster's Ray token file {auth.NODE_TOKEN_PATH} is empty. "

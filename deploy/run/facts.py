@@ -45,6 +45,31 @@ def read_unprinted(host: Any, command: str, reason: str) -> tuple[bool, list[str
     return ok, [line.strip() for line in output.stdout_lines], list(output.stderr_lines)
 
 
+def unprinted_file_command(folder: str, path: str, follows: str, missing: str) -> str:
+    """A command that prints ``follows`` then the file at ``path``, or ``missing`` when there is none; a
+    ``folder`` it may not look into (no sudo) is an error, not "missing". For :func:`read_unprinted_file`."""
+    return (
+        f"if [ -e {folder} ] && ! [ -x {folder} ]; "
+        f"then echo 'cannot look into {folder}: not root and no sudo' >&2; exit 1; fi; "
+        f"if [ -f {path} ]; then echo {follows} && cat {path}; else echo {missing}; fi"
+    )
+
+
+def read_unprinted_file(
+    host: Any, command: str, markers: tuple[str, str], what: str, path: str, error: type[Exception]
+) -> str | None:
+    """The file an :func:`unprinted_file_command` (``markers``: its follows and missing lines) read on
+    ``host``, None when there is none; ``error`` naming ``what`` and ``path`` when it could not be read."""
+    follows, missing = markers
+    ok, lines, stderr = read_unprinted(host, command, f"to read {what}")
+    if not ok or not (follows in lines or missing in lines):
+        detail = " ".join(stderr)[-300:] or f"exit status not 0, no {follows!r} or {missing!r} line"
+        raise error(
+            f"host {host.name}: could not read {what} ({path}) through sudo: {detail}. Nothing was changed on any host."
+        )
+    return None if missing in lines else "".join(lines[lines.index(follows) + 1 :])
+
+
 def _parse_os_release(lines: list[str]) -> dict[str, str]:
     values = {}
     for line in lines:

@@ -64,7 +64,8 @@ DESCRIPTIONS: dict[str, str] = {
         'the workers such as `"25%"` (rounded down, at least 1). The head goes first, alone.',
     "ray_gcs_fault_tolerance": "Keep the GCS's state in a RocksDB store on the head, so that workers and actors "
         "outlive a restart of the head.",
-    "ray_gcs_storage_path": "The head's folder of that RocksDB store (with `ray_gcs_fault_tolerance`).",
+    "ray_gcs_storage_path": "The head's folder of that RocksDB store (with `ray_gcs_fault_tolerance`): root's, 0700; "
+        "the store is its `store/` folder, owned by the container's user and mounted here in the head's container.",
     "ray_efa": "An EFA host: ray-node gets `/dev/infiniband`, unlimited locked memory and `FI_PROVIDER=efa`. "
         "Set by the EC2 inventory for instances with EFA interfaces.",
     "ray_efa_device_rdma": "With `ray_efa`: `FI_EFA_USE_DEVICE_RDMA=1`, for EFA's RDMA reads (p4d, p5).",

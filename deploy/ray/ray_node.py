@@ -17,6 +17,7 @@ from typing import Any
 from pyinfra import host, inventory
 from pyinfra.api import deploy
 from pyinfra.api.exceptions import PyinfraError
+from pyinfra.facts.files import Directory
 from pyinfra.operations import files, server, systemd
 
 from deploy.contract.ports import ray_metrics_env
@@ -445,12 +446,21 @@ def _folders(settings: dict[str, Any], role: str, uid: str) -> list[str]:
     own_files = []
     files.directory(name="Create Ray's temp folder (ray_temp_dir)", path=settings["ray_temp_dir"], mode="700")
     if settings["ray_gcs_fault_tolerance"] and role == "head":
+        store = gcs_store.store_path(settings)
+        if not host.get_fact(Directory, path=store):  # a first deploy, or the store in the folder itself
+            server.shell(
+                name="Give the GCS store a folder of its own under a root-only parent (ray_gcs_fault_tolerance)",
+                commands=[gcs_store.layout_command(settings)],
+            )
         files.directory(
-            name="Create the folder of the GCS store (ray_gcs_fault_tolerance)",
+            name="Keep the GCS store's parent folder root's own, 0700 (ray_gcs_storage_path)",
             path=settings["ray_gcs_storage_path"],
+            user="root",
+            group="root",
             mode="700",
         )
-        own_files.append(f'chown "$({uid})" {shlex.quote(settings["ray_gcs_storage_path"])}')
+        files.directory(name="Create the folder of the GCS store (ray_gcs_fault_tolerance)", path=store, mode="700")
+        own_files.append(f'chown "$({uid})" {shlex.quote(store)}')
 
     if role == "head" and monitoring_server.head_runs_monitoring(host) and settings["monitoring_grafana"]:
         dashboards = monitoring_config.ray_dashboards_dir(settings)

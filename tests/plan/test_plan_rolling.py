@@ -142,15 +142,45 @@ def test_gcs_fault_tolerance_keeps_the_head_state_in_a_rocksdb_folder_and_worker
     head = run[HEAD].docker_create()
     assert env(head)["RAY_gcs_storage"] == "rocksdb"
     assert env(head)["RAY_gcs_storage_path"] == "/var/lib/rayrig/gcs"
-    assert "--mount=type=bind,src=/var/lib/rayrig/gcs,dst=/var/lib/rayrig/gcs" in head
+    assert "--mount=type=bind,src=/var/lib/rayrig/gcs/store,dst=/var/lib/rayrig/gcs" in head
     assert "RAY_gcs_rpc_server_reconnect_timeout_s" not in env(head)
-    folder = run[HEAD].op("Create the folder of the GCS store").commands
-    assert any("mkdir -p /var/lib/rayrig/gcs" in c for c in folder) and any("chmod 700" in c for c in folder)
-    assert run[HEAD].commands_matching(r'^chown "\$\(docker run .* -u\)" /var/lib/rayrig/gcs$')
+    # the store (the container's user's) sits in a folder of root's, 0700: no other user of the host enters
+    parent = run[HEAD].op("Keep the GCS store's parent folder root's own, 0700").commands
+    assert any("mkdir -p /var/lib/rayrig/gcs" in c for c in parent) and any("chmod 700" in c for c in parent)
+    assert any("chown root:root /var/lib/rayrig/gcs" in c for c in parent), parent
+    store = run[HEAD].op("Create the folder of the GCS store").commands
+    assert any("mkdir -p /var/lib/rayrig/gcs/store" in c for c in store) and any("chmod 700" in c for c in store)
+    assert run[HEAD].commands_matching(r'^chown "\$\(docker run .* -u\)" /var/lib/rayrig/gcs/store$')
+    assert not run[HEAD].commands_matching(r'^chown "\$\(docker run .* -u\)" /var/lib/rayrig/gcs$')
     worker = run["@fake/worker-1"].docker_create()
     assert env(worker)["RAY_gcs_rpc_server_reconnect_timeout_s"] == "300"
     assert "RAY_gcs_storage" not in env(worker) and not any("/var/lib/rayrig/gcs" in a for a in worker)
     assert not run["@fake/worker-1"].has_op("GCS store")
+
+
+def test_a_converged_head_with_its_store_in_place_changes_nothing_about_it():
+    run = run_deploy(cluster("ubuntu22", "converged", cluster_data(workers=1), data={"ray_gcs_fault_tolerance": True}))
+    assert not run[HEAD].changes, [op.name for op in run[HEAD].changes]
+
+
+def test_a_store_kept_in_the_folder_itself_moves_into_its_own_folder_before_the_folder_turns_roots():
+    hosts = cluster("ubuntu22", "converged", cluster_data(workers=1), data={"ray_gcs_fault_tolerance": True})
+    name, data = hosts[0]
+    assert name == HEAD
+    # the layout before: the folder is the store (the container's user's), no store/ inside
+    responses = {k: v for k, v in data["fake_responses"].items() if "/var/lib/rayrig/gcs/store" not in k}
+    folder = "test -e /var/lib/rayrig/gcs || test -L /var/lib/rayrig/gcs )"
+    responses[folder] = [r[0].replace("user=root", "user=1000") for r in [responses[folder]]]
+    hosts[0] = (name, {**data, "fake_responses": responses})
+    run = run_deploy(hosts)
+    names = [op.name for op in run[HEAD].changes]
+    layout = names.index("Ray node | Give the GCS store a folder of its own under a root-only parent "
+                         "(ray_gcs_fault_tolerance)")  # fmt: skip
+    parent = names.index("Ray node | Keep the GCS store's parent folder root's own, 0700 (ray_gcs_storage_path)")
+    store = names.index("Ray node | Create the folder of the GCS store (ray_gcs_fault_tolerance)")
+    assert layout < parent < store, names
+    [command] = run[HEAD].changes[layout].commands
+    assert "mv -T" in command and command.endswith(" _ /var/lib/rayrig/gcs"), command
 
 
 def test_without_gcs_fault_tolerance_no_store_and_ray_default_reconnect_timeout():
@@ -164,4 +194,4 @@ def test_the_store_folder_comes_from_the_data():
     data = {"ray_gcs_fault_tolerance": True, "ray_gcs_storage_path": "/data/ray-gcs"}
     run = run_deploy(cluster("ubuntu22", "fresh", cluster_data(workers=1), data=data))
     assert env(run[HEAD].docker_create())["RAY_gcs_storage_path"] == "/data/ray-gcs"
-    assert "--mount=type=bind,src=/data/ray-gcs,dst=/data/ray-gcs" in run[HEAD].docker_create()
+    assert "--mount=type=bind,src=/data/ray-gcs/store,dst=/data/ray-gcs" in run[HEAD].docker_create()

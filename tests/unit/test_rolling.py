@@ -1,6 +1,10 @@
-"""Rolling batches, the stop summary, and the GCS store's container arguments."""
+"""Rolling batches, the stop summary, and the GCS store's container arguments and folder layout."""
 
 from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -109,7 +113,7 @@ def test_the_gcs_store_is_the_heads_alone_and_workers_wait_longer_for_it():
     head = create_args("head", ray_gcs_fault_tolerance=True)
     assert "--env=RAY_gcs_storage=rocksdb" in head
     assert "--env=RAY_gcs_storage_path=/var/lib/rayrig/gcs" in head
-    assert head.index("--mount=type=bind,src=/var/lib/rayrig/gcs,dst=/var/lib/rayrig/gcs") < head.index("ray")
+    assert head.index("--mount=type=bind,src=/var/lib/rayrig/gcs/store,dst=/var/lib/rayrig/gcs") < head.index("ray")
     worker_args = create_args("worker", ray_gcs_fault_tolerance=True)
     assert f"--env=RAY_gcs_rpc_server_reconnect_timeout_s={gcs_store.WORKER_RECONNECT_TIMEOUT_S}" in worker_args
     assert not any("gcs_storage" in a for a in worker_args)
@@ -121,3 +125,64 @@ def test_ray_env_overrides_the_workers_reconnect_timeout():
         "worker", ray_gcs_fault_tolerance=True, ray_env={"RAY_gcs_rpc_server_reconnect_timeout_s": "900"}
     )
     assert [a for a in args if "reconnect_timeout" in a] == ["--env=RAY_gcs_rpc_server_reconnect_timeout_s=900"]
+
+
+# --- The GCS store's folder layout, on a real folder ----------------------------------------------
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="the layout gives the folder to root (chown)")
+
+
+def layout(folder: Path) -> subprocess.CompletedProcess:
+    command = gcs_store.layout_command({"ray_gcs_storage_path": str(folder)})
+    return subprocess.run(command, shell=True, capture_output=True, text=True, timeout=30)
+
+
+def tree(folder: Path) -> dict[str, tuple[int, int]]:
+    """relative path -> (owner uid, mode bits) of everything under ``folder``, itself included."""
+    paths = [folder, *sorted(folder.rglob("*"))]
+    return {str(p.relative_to(folder)): (p.stat().st_uid, p.stat().st_mode & 0o777) for p in paths}
+
+
+@needs_root
+def test_a_store_kept_in_the_folder_itself_moves_whole_into_store_and_the_folder_becomes_roots(tmp_path):
+    folder = tmp_path / "gcs"
+    folder.mkdir(mode=0o700)
+    (folder / "CURRENT").write_text("MANIFEST-000005\n")
+    (folder / "000004.sst").write_bytes(b"table")
+    for path in (folder, folder / "CURRENT", folder / "000004.sst"):
+        os.chown(path, 1000, 1000)
+    result = layout(folder)
+    assert result.returncode == 0, result.stderr
+    assert tree(folder) == {
+        ".": (0, 0o700),
+        "store": (1000, 0o700),  # the folder that was the store, owner and mode kept
+        "store/000004.sst": (1000, 0o644),
+        "store/CURRENT": (1000, 0o644),
+    }
+    assert (folder / "store" / "CURRENT").read_text() == "MANIFEST-000005\n"
+    assert not (tmp_path / "gcs.rayrig-layout").exists()
+    assert layout(folder).returncode == 0 and tree(folder)["store/CURRENT"] == (1000, 0o644)  # twice: the same
+
+
+@needs_root
+def test_a_move_cut_between_its_two_renames_is_finished_by_the_next_run(tmp_path):
+    folder, moving = tmp_path / "gcs", tmp_path / "gcs.rayrig-layout"
+    moving.mkdir(mode=0o700)
+    (moving / "CURRENT").write_text("MANIFEST-000001\n")
+    os.chown(moving, 1000, 1000)
+    result = layout(folder)
+    assert result.returncode == 0, result.stderr
+    assert (folder / "store" / "CURRENT").read_text() == "MANIFEST-000001\n" and not moving.exists()
+    assert tree(folder)["."] == (0, 0o700) and tree(folder)["store"] == (1000, 0o700)
+
+
+@needs_root
+def test_a_first_deploy_gets_an_empty_folder_of_roots_and_a_folder_already_laid_out_is_left_as_it_is(tmp_path):
+    folder = tmp_path / "new" / "gcs"
+    assert layout(folder).returncode == 0
+    assert tree(folder) == {".": (0, 0o700)}  # the deploy's next operation creates store/
+    (folder / "store").mkdir(mode=0o700)
+    (folder / "store" / "CURRENT").write_text("x")
+    os.chown(folder / "store", 1000, 1000)
+    before = tree(folder)
+    assert layout(folder).returncode == 0 and tree(folder) == before

@@ -49,7 +49,7 @@ from deploy.host.docker import DAEMON_JSON
 from deploy.host.ray_image import registry_config
 from deploy.host.secret_files import DIGEST_KEY_DIR, DIGEST_KEY_PATH, KEY_FOLLOWS, NO_KEY, keyed_digest
 from deploy.monitoring import config as monitoring_config
-from deploy.ray import auth, cluster_token, env_secret, membership, ray_node, ray_temp
+from deploy.ray import auth, cluster_token, env_secret, gcs_store, membership, ray_node, ray_temp
 from deploy.run.facts import SecretFileDigest
 from deploy.storage import nfs
 from deploy.storage.mounts import mount_points
@@ -139,6 +139,9 @@ def expected_dirs(os_name: str, data: Mapping[str, Any], *, gpus: int = 0) -> di
         dirs[env_secret.ENV_DIR] = 700
     if head_monitors(s) and s["monitoring_grafana"]:
         dirs[monitoring_config.ray_dashboards_dir(s)] = 755
+    if s["ray_gcs_fault_tolerance"]:  # the head's; a worker asks for neither
+        dirs[s["ray_gcs_storage_path"]] = 700
+        dirs[gcs_store.store_path(s)] = 700
     return dirs
 
 

@@ -13,7 +13,10 @@ the operator's machine; the deploy installs a node's three files (:data:`NODE_CA
   handshake of its own; every gRPC and OpenSSL build Ray links speaks it. Private keys are PKCS#8 PEM.
 - The CA (``ray_tls_ca_validity_days``) may sign end-entity certificates only (path length 0). Node and
   client certificates (``ray_tls_validity_days``) serve both as server and as client, as Ray needs:
-  a node presents its own certificate when it calls another one.
+  a node presents its own certificate when it calls another one, and a driver is called back by the
+  GCS and the raylets with the one certificate Ray lets it present (with ``clientAuth`` alone those
+  handshakes fail: docs/explanation/threat-model.md). A client certificate names only the loopback,
+  which Ray checks against the address it dials, so it cannot pass for a node.
 - A deploy reuses a node's certificate until it is missing, signed by another CA, names other addresses
   (:func:`node_sans`) or expires within ``ray_tls_renew_days`` (:func:`ensure_node_certificate`).
 - ``rayrig tls rotate`` replaces the CA and every certificate (:func:`begin_rotation`): the next deploy,

@@ -295,6 +295,7 @@ def test_a_client_certificate_is_signed_by_the_cluster_ca(settings):
     cert.verify_directly_issued_by(cert_of(node.ca_pem))
     assert "CN=alice-laptop" in cert.subject.rfc4514_string()
     eku = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    # both: a driver serves gRPC too (the GCS and raylets call into it); its names keep it to the loopback
     assert ExtendedKeyUsageOID.CLIENT_AUTH in eku and ExtendedKeyUsageOID.SERVER_AUTH in eku
     assert tls_ca.certificate_sans(cert) == {"127.0.0.1", "localhost"}
     key = serialization.load_pem_private_key(key_path.read_bytes(), password=None)

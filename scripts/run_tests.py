@@ -8,13 +8,16 @@ earlier one fails; the exit status is non-zero if any failed.
 
 A tier runs in one or more passes. The unit tier's tests on a real local Ray
 (marked ``real_ray``) measure time: they run first and alone, one at a time;
-the rest of the unit tier and the cloud tier run on every core (pytest-xdist),
-and the plan tier in two pytest processes side by side, each on half its files
-(pyinfra's command-line module patches its process with gevent, which stalls
-xdist's workers). The e2e tier runs the lab's scenarios on two workers with a lab each (``--dist
-loadfile``: a module stays on one worker and its lab; each module starts from its
-baseline, so any worker may take any module), and beside them, in a process of
-their own, its modules that need Docker but not the lab (marked ``no_lab``).
+the rest of the unit tier runs on every core (pytest-xdist), and the plan tier in
+two pytest processes side by side, each on half its files (pyinfra's command-line
+module patches its process with gevent, which stalls xdist's workers). The e2e
+tier runs the lab's scenarios on two workers with a lab each (``--dist loadfile``:
+a module stays on one worker and its lab; each module starts from its baseline, so
+any worker may take any module). Those scenarios mostly wait on the lab (deploys
+over SSH, Ray's and Prometheus's timers), so two passes run beside them, each in
+one process of its own: the cloud tier (moto) and the e2e modules that need Docker
+but not the lab (marked ``no_lab``). Without the lab's scenarios in the run they
+run in the foreground, the cloud tier on every core.
 
 When the e2e tier will run, the lab it uses comes up meanwhile, from the first
 pass that tolerates it (after the real-Ray pass): ``python -m tests.e2e.labkit``
@@ -57,17 +60,18 @@ class Pass:
     needs_lab: bool = False
     dist: str | None = None  # xdist's --dist: "loadfile" keeps a module on one worker (and its lab)
     shards: int = 0  # instead of xdist: this many pytest processes side by side, each on some of the files
-    beside_next: bool = False  # runs in the background beside the next pass (its output printed after)
+    beside_lab: bool = False  # in the background beside the lab's scenarios when they run (output printed after)
 
 
 PASSES = {
     "unit": (Pass("unit", "real_ray", parallel=False, lab_meanwhile=False), Pass("unit", "not real_ray")),
     # pyinfra's CLI module patches its process with gevent, which stalls xdist's workers: shards instead
     "plan": (Pass("plan", parallel=False, shards=int(WORKERS)),),
-    "cloud": (Pass("cloud"),),
+    # moto's servers in this process: beside the lab's scenarios, which mostly wait on the lab
+    "cloud": (Pass("cloud", beside_lab=True),),
     "e2e": (
-        # Docker but not the lab: beside the lab's scenarios, which mostly wait on the lab
-        Pass("e2e", "no_lab", parallel=False, beside_next=True),
+        # Docker but not the lab: beside the lab's scenarios too
+        Pass("e2e", "no_lab", parallel=False, beside_lab=True),
         # one lab per worker; a module and its tests stay on one worker, in MODULE_ORDER as workers free up
         Pass("e2e", "not no_lab", lab_meanwhile=False, needs_lab=True, dist="loadfile"),
     ),
@@ -143,11 +147,17 @@ def wait_for_lab(process: subprocess.Popen, log: Path, started: float) -> None:
         print(log.read_text()[-6000:], flush=True)
 
 
-def pytest_command(step: Pass, junit: Path, extra: list[str]) -> list[str]:
+def in_background(step: Pass, steps: list[Pass]) -> bool:
+    """Whether ``step`` runs in the background: beside the lab's scenarios, when ``steps`` has them."""
+    return step.beside_lab and any(p.needs_lab for p in steps)
+
+
+def pytest_command(step: Pass, junit: Path, extra: list[str], background: bool = False) -> list[str]:
+    """The pass's pytest command line; in the background one process (the lab's workers have the cores)."""
     command = [sys.executable, "-m", "pytest", f"tests/{step.tier}", f"--junitxml={junit}"]
     if step.marker:
         command += ["-m", step.marker]
-    if step.parallel and not argv_workers(extra):
+    if step.parallel and not background and not argv_workers(extra):
         # --no-loadscope-reorder: modules in collection order (MODULE_ORDER), not by their number of tests
         command += ["-n", WORKERS] + (["--dist", step.dist, "--no-loadscope-reorder"] if step.dist else [])
     return command + extra
@@ -224,14 +234,37 @@ def note_status(result: TierResult, step: Pass, status: int) -> None:
         result.status = result.status or status
 
 
+def finish_beside(beside: list[tuple], results: dict[str, TierResult]) -> None:
+    """Wait for the passes that ran in the background; print each one's output and count its tests."""
+    for done, process, report, log, began in beside:
+        status = process.wait()
+        print(f"==> tier {done.tier}" + (f" ({done.marker})" if done.marker else "")
+              + f", in the background: exit {status}", flush=True)  # fmt: skip
+        print(log.read_text(), end="", flush=True)
+        result = read_junit(report, results[done.tier])
+        result.seconds += junit_seconds(report) or time.monotonic() - began  # its own time, not the wait for it
+        note_status(result, done, status)
+    beside.clear()
+
+
+def junit_seconds(junit: Path) -> float:
+    """The seconds pytest says its run took (0 when it wrote no report)."""
+    if not junit.exists():
+        return 0.0
+    root = ET.parse(junit).getroot()
+    suites = [root] if root.tag == "testsuite" else list(root)
+    return sum(float(s.get("time", 0) or 0) for s in suites)
+
+
 def main(argv: list[str]) -> int:
     tiers, extra = ordered(argv)
     meanwhile = lab_comes_up_meanwhile(tiers)
     results = {tier: TierResult(tier, 0, 0.0) for tier in tiers}
+    steps = passes(tiers)
     with tempfile.TemporaryDirectory() as tmp:
         lab = None
-        beside = None  # a pass running in the background: (its step, process, junit, log, started)
-        for number, step in enumerate(passes(tiers)):
+        beside: list[tuple] = []  # the passes running in the background: (step, process, junit, log, started)
+        for number, step in enumerate(steps):
             junit = Path(tmp) / f"{number}-{step.tier}.xml"
             if step == meanwhile:
                 lab = start_lab(Path(tmp) / "lab-up.log", lab_workers(extra))
@@ -240,13 +273,13 @@ def main(argv: list[str]) -> int:
                 lab = None
             print(f"==> tier {step.tier}" + (f" ({step.marker})" if step.marker else ""), flush=True)
             started = time.monotonic()
-            if step.beside_next:
+            if in_background(step, steps):
                 log = junit.with_suffix(".log")
                 with log.open("w") as out:
-                    process = subprocess.Popen(pytest_command(step, junit, extra), cwd=ROOT, stdout=out,
-                                               stderr=subprocess.STDOUT)  # fmt: skip
-                print(f"    in the background, beside the next pass (its output: {log})", flush=True)
-                beside = (step, process, junit, log, started)
+                    process = subprocess.Popen(pytest_command(step, junit, extra, background=True), cwd=ROOT,
+                                               stdout=out, stderr=subprocess.STDOUT)  # fmt: skip
+                print(f"    in the background, beside the lab's scenarios (its output: {log})", flush=True)
+                beside.append((step, process, junit, log, started))
                 continue
             if step.shards:
                 status, reports = run_shards(step, junit, extra)
@@ -260,15 +293,9 @@ def main(argv: list[str]) -> int:
             if step.needs_lab and meanwhile is not None:  # a lab no worker took down (it got no scenario)
                 subprocess.call([sys.executable, "-m", "tests.e2e.labkit", "down", str(lab_workers(extra))],
                                 cwd=ROOT, stdout=subprocess.DEVNULL)  # fmt: skip
-            if beside is not None:
-                done, process, report, log, began = beside
-                status = process.wait()
-                print(f"==> tier {done.tier} ({done.marker}), in the background: exit {status}", flush=True)
-                print(log.read_text(), end="", flush=True)
-                result = read_junit(report, results[done.tier])
-                result.seconds = max(result.seconds, time.monotonic() - began)  # it ran beside, not after
-                note_status(result, done, status)
-                beside = None
+            if step.needs_lab:
+                finish_beside(beside, results)
+        finish_beside(beside, results)
     print("\n".join(summary(list(results.values()))), flush=True)
     return 0 if all(r.status == 0 for r in results.values()) else 1
 

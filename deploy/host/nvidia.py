@@ -43,6 +43,7 @@ from pyinfra.operations import apt, dnf, files, server, systemd
 from pyinfra.operations.util import any_changed
 
 from deploy.contract.settings import host_settings
+from deploy.host import image_mirror
 from deploy.host.base import dnf_repository, platform, signed_apt_repository
 from deploy.host.docker import DAEMON_JSON, merge_daemon_config, parse_daemon_config
 from deploy.host.epel import ensure_epel
@@ -466,6 +467,6 @@ def nvidia() -> None:
         image = settings["ray_image"]
         server.shell(
             name=f"Check that a {image} container sees {count} GPU{'s' if count != 1 else ''}",
-            commands=[smoke_command(image, gpus_option(visible), count)],
+            commands=[smoke_command(image_mirror.local_name(image), gpus_option(visible), count)],
             _if=any_changed(*changes),
         )

@@ -7,7 +7,8 @@
 # and `result` ("EXIT_CODE SECONDS"). COPY_SRC set (the head, with image_mirror = "head"): mirror-copy.sh
 # copies the image into the head's mirror (as COPY_DEST, path:tag) first, once from upstream for the
 # whole cluster, and the head then pulls PULL_REF by the digest it copied.
-# MODE "tag": PULL_REF other than IMAGE is tagged IMAGE, so that ray-node runs the name the data gives.
+# MODE "tag": PULL_REF other than IMAGE is tagged IMAGE, so that ray-node runs the name the deploy gives
+# (ray_image, or REPOSITORY:rayrig-<digest> for one pinned by digest, which is pulled by its digest).
 # MODE "warm" (a worker of the mirror): PULL_REF, the run's tag, is only pulled ahead; the deploy pulls
 # the digest the head copied once it has it, and tags that (deploy/host/image_mirror.py PinnedPull).
 set -u
@@ -42,13 +43,15 @@ docker_cmd=(docker)
 # and started the registry ("manifest unknown", "connection refused"), and a later step of the deploy
 # may restart Docker under a pull. Any other error is retried three times.
 others=0
+from_mirror=0  # the head's own mirror: empty or not answering until the head has copied the image
+{ [ -n "$copy_src" ] || [ "$mode" = warm ]; } && from_mirror=1
 while :; do
     [ "$(left)" -gt 0 ] || { echo "rayrig: no pull finished before the deadline (ray_image_pull_timeout_s)"; finish 124; }
     out=$(timeout "$(left)" "${docker_cmd[@]}" pull --quiet "$ref" 2>&1) && break
     echo "$out"
     case "$out" in
         *"manifest unknown"*|*"not found"*|*"Cannot connect to the Docker daemon"*|*"connection refused"*)
-            [ "$ref" != "$image" ] || [ "${out#*Docker daemon}" != "$out" ] || others=$((others + 1)) ;;
+            [ "$from_mirror" = 1 ] || [ "${out#*Docker daemon}" != "$out" ] || others=$((others + 1)) ;;
         *) others=$((others + 1)) ;;
     esac
     [ "$others" -lt 3 ] || finish 1

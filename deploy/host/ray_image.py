@@ -56,6 +56,20 @@ def pull_command(image: str, with_auth: bool) -> str:
     return f"docker{config} pull --quiet {shlex.quote(image)}"
 
 
+def fetch_commands(image: str, with_auth: bool) -> list[str]:
+    """Pull ``image`` and give it the name the host runs it by: one pinned by digest is pulled by its
+    digest, then tagged ``REPOSITORY:rayrig-<digest>`` (:func:`image_mirror.local_name`).
+
+    >>> fetch_commands("r/ray:1@sha256:0123456789abcdef", with_auth=False)[1]
+    'docker tag r/ray@sha256:0123456789abcdef r/ray:rayrig-0123456789ab && docker rmi r/ray@sha256:0123456789abcdef'
+    """
+    source, local = image_mirror.source_reference(image), image_mirror.local_name(image)
+    commands = [pull_command(source, with_auth)]
+    if source != local:
+        commands.append(f"docker tag {shlex.quote(source)} {shlex.quote(local)} && docker rmi {shlex.quote(source)}")
+    return commands
+
+
 def needs_pull(settings: dict[str, Any], image_id: str | None) -> bool:
     """Whether the deploy must pull the image."""
     return settings["ray_image_pull"] == "always" or image_id is None
@@ -94,14 +108,16 @@ def start_pull_command(
     *,
     with_auth: bool,
     copy_to: str = "",
+    source: str = "",
     src_tls_verify: bool = True,
     warm: bool = False,
     writer: str = "",
 ) -> str:
-    """The shell command that starts the background pull of ``image`` from ``ref`` ("" : no pull, only the
-    copy) and, with ``copy_to`` (path:tag in the head's mirror, through the copy's side at ``writer``),
-    first copies ``image`` there; ``warm``: only pull ``ref`` ahead (a worker of the mirror, which pulls
-    the head's digest later). Every value an argument.
+    """The shell command that starts the background pull of ``image`` (the name the host runs) from ``ref``
+    ("" : no pull, only the copy) and, with ``copy_to`` (path:tag in the head's mirror, through the copy's
+    side at ``writer``), first copies ``source`` (upstream's reference; ``image`` when "") there; ``warm``:
+    only pull ``ref`` ahead (a worker of the mirror, which pulls the head's digest later). Every value an
+    argument.
 
     >>> print(start_pull_command("r/ray:1", "r/ray:1", 600, with_auth=False))  # doctest: +NORMALIZE_WHITESPACE
     systemctl stop rayrig-image-pull 2>/dev/null; systemctl reset-failed rayrig-image-pull 2>/dev/null;
@@ -110,7 +126,7 @@ def start_pull_command(
     """
     config = DOCKER_CONFIG_DIR if with_auth else ""
     authfile = f"{DOCKER_CONFIG_DIR}/config.json" if with_auth and copy_to else ""
-    args = [PULL_DIR, str(int(timeout_s)), image, ref, config, image if copy_to else "", copy_to]
+    args = [PULL_DIR, str(int(timeout_s)), image, ref, config, (source or image) if copy_to else "", copy_to]
     args += ["true" if src_tls_verify else "false", authfile, "warm" if warm else "tag"]
     args += [writer if copy_to else "", image_mirror.WRITER_CONFIG if copy_to else ""]
     return (
@@ -153,9 +169,10 @@ def ray_image() -> None:
         )
     image_mirror.copy_tools()
     image = settings["ray_image"]
-    pull = needs_pull(settings, fact(host, DockerImageId, image))
+    local = image_mirror.local_name(image)  # a pinned image: pulled by its digest, run as REPOSITORY:rayrig-<digest>
+    pull = needs_pull(settings, fact(host, DockerImageId, local))
     head = image_mirror.mirror_host()
-    copy_to, ref, warm, writer = "", image if pull else "", False, ""
+    copy_to, ref, warm, writer = "", image_mirror.source_reference(image) if pull else "", False, ""
     if head is not None and image_mirror.mirrored(host):
         address = image_mirror.mirror_address(head)
         tag = image_mirror.run_tag(host.state)
@@ -174,16 +191,17 @@ def ray_image() -> None:
     if copy_to:
         what = f"Copy {image} into the head's mirror" + (" and pull it from there" if ref else "")
     else:
-        what = f"Pull {image}" + (" from the head's mirror" if ref != image else "")
+        what = f"Pull {image}" + (" from the head's mirror" if ref != image_mirror.source_reference(image) else "")
     server.shell(
         name=f"{what} (in the background)",
         commands=[
             start_pull_command(
-                image,
+                local,
                 ref,
                 settings["ray_image_pull_timeout_s"],
                 with_auth=bool(auth),
                 copy_to=copy_to,
+                source=image_mirror.source_reference(image),
                 src_tls_verify=not _insecure(settings, image),
                 warm=warm,
                 writer=writer,
@@ -235,8 +253,8 @@ def wait_for_image() -> None:
         image = settings["ray_image"]
         tag_ref = image_mirror.mirror_reference(image, image_mirror.mirror_address(head), image_mirror.run_tag(state))
         image_mirror.pinned_pull(
-            f"Pull {image} from the head's mirror by the digest the head copied", MIRROR_KEY, head, tag_ref, image,
-            timeout_s,
+            f"Pull {image} from the head's mirror by the digest the head copied", MIRROR_KEY, head, tag_ref,
+            image_mirror.local_name(image), timeout_s,
         )  # fmt: skip
     memo = run_memo(host.state, "image_pull_waits")
     if "hashes" not in memo:  # the first host of this run: one callback for the whole run

@@ -28,7 +28,7 @@ from deploy.host import image_mirror
 from deploy.host.base import missing_packages, platform
 from deploy.host.epel import ensure_epel
 from deploy.host.platform import Platform, detect
-from deploy.host.ray_image import DOCKER_CONFIG_DIR, pull_command
+from deploy.host.ray_image import DOCKER_CONFIG_DIR, fetch_commands
 from deploy.ray.ray_node import resolve_num_gpus, wait_for_port_command
 from deploy.run.facts import DockerImageId, FileText, HostInfo, NvidiaDevices, fact
 from deploy.run.templating import put_template, render, resource
@@ -256,33 +256,42 @@ def _copy_into_mirror() -> None:
         return
     settings = host_settings(head)
     hosts = _run_hosts()
-    images = sorted({i for h in hosts for i in wanted_images(h).values() if not fact(h, DockerImageId, i)})
+    images = sorted({i for h in hosts for i in wanted_images(h).values() if not _present(h, i)})
     auth = f"{DOCKER_CONFIG_DIR}/config.json" if settings["docker_registry_auth"] else ""
     for image in images:  # on the head alone: no other host has an operation here
         insecure = image_mirror.split_reference(image)[0] in settings["docker_insecure_registries"]
         dest = f"{image_mirror.split_reference(image)[1]}:{image_mirror.run_tag(host.state)}"
         copy = copy_command(
-            image, dest, image_mirror.writer_address(head), authfile=auth, tls_verify=not insecure,
+            image_mirror.source_reference(image), dest, image_mirror.writer_address(head), authfile=auth,
+            tls_verify=not insecure,
             timeout_s=settings["ray_image_pull_timeout_s"],
         )  # fmt: skip
         copied = server.shell(name=f"Copy the exporter image {image} to the head's mirror", commands=[copy])
         image_mirror.note_digest_op(host.state, _digest_key(image), copied)
 
 
+def _present(h: Any, image: str) -> bool:
+    """Whether ``h`` holds ``image`` under the name it runs it by (:func:`image_mirror.local_name`)."""
+    return bool(fact(h, DockerImageId, image_mirror.local_name(image)))
+
+
 def _pull(image: str, settings: dict[str, Any]) -> None:
     """``image`` on this host, pulled like the Ray image: from the head's mirror when it runs one
-    (and is part of this run), else from its registry with rayrig's login; then recorded."""
-    if fact(host, DockerImageId, image):
+    (and is part of this run), else from its registry with rayrig's login; then recorded under the
+    name the host runs it by (an image pinned by digest is pulled by that digest)."""
+    if _present(host, image):
         return
+    local = image_mirror.local_name(image)
     head = image_mirror.mirror_host()
     timeout_s = int(settings["ray_image_pull_timeout_s"])
     if head is not None and head.connected:
         what = f"Fetch the exporter image {image} through the head's mirror, by the digest the head copied"
-        image_mirror.pinned_pull(what, _digest_key(image), head, _mirror_ref(image, head), image, timeout_s)
-        server.shell(name=f"Record the exporter image {image}", commands=[record_command(image)])
+        image_mirror.pinned_pull(what, _digest_key(image), head, _mirror_ref(image, head), local, timeout_s)
+        server.shell(name=f"Record the exporter image {image}", commands=[record_command(local)])
         return
-    pull = f"timeout {timeout_s} {pull_command(image, bool(settings['docker_registry_auth']))}"
-    server.shell(name=f"Fetch the exporter image {image}", commands=[pull, record_command(image)])
+    pull, *tag = fetch_commands(image, bool(settings["docker_registry_auth"]))
+    server.shell(name=f"Fetch the exporter image {image}", commands=[f"timeout {timeout_s} {pull}", *tag,
+                                                                      record_command(local)])  # fmt: skip
 
 
 def _digest_key(image: str) -> str:
@@ -438,7 +447,7 @@ def monitoring_exporters() -> None:
     if package is not None:
         _package_node_exporter(package, plat, settings, node_listen)
     else:
-        image = wanted[NODE_UNIT]
+        image = image_mirror.local_name(wanted[NODE_UNIT])
         _container(NODE_UNIT, "Prometheus node exporter", node_container_args(image, node_listen), settings,
                    ports["node_exporter"])  # fmt: skip
     if GPU_UNIT in wanted:
@@ -446,11 +455,12 @@ def monitoring_exporters() -> None:
             name="Install the DCGM exporter's counters", src=COUNTERS_TEMPLATE, dest=COUNTERS_PATH,
             mode="644",
         )  # fmt: skip
-        args = gpu_container_args(wanted[GPU_UNIT], listen_address(address, ports["gpu_exporter"]))
+        gpu_image = image_mirror.local_name(wanted[GPU_UNIT])
+        args = gpu_container_args(gpu_image, listen_address(address, ports["gpu_exporter"]))
         _container(GPU_UNIT, "NVIDIA DCGM exporter", args, settings, ports["gpu_exporter"], [counters])
     else:
         _remove_units((GPU_UNIT,))
         _remove_counters()
-    unused = _recorded_images() - set(wanted.values())
+    unused = _recorded_images() - {image_mirror.local_name(i) for i in wanted.values()}
     if unused:
         server.shell(name="Remove the exporter images no longer used", commands=[forget_images_command(unused)])

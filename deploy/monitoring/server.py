@@ -26,7 +26,8 @@ from deploy.contract.settings import (
     resolve_monitoring_host,
 )
 from deploy.firewall.guard import FIREWALL_UNIT
-from deploy.host.ray_image import pull_command
+from deploy.host import image_mirror
+from deploy.host.ray_image import fetch_commands
 from deploy.monitoring import config as mc
 from deploy.monitoring import ray_sd
 from deploy.run.facts import ContainerState, DockerImageId, FileText, NvidiaDevices, fact
@@ -172,9 +173,8 @@ def prometheus_words(settings: dict[str, Any], ray_file: bool) -> list[str]:
     mounts = [mount(mc.CONFIG_DIR, readonly=True), mount(mc.PROMETHEUS_DATA)]
     if ray_file:
         mounts.append(mount(mc.RAY_SD_DIR, readonly=True))
-    return run_words(
-        PROMETHEUS, settings["monitoring_prometheus_image"], mc.PROMETHEUS_UID, mounts, {}, mc.prometheus_args(settings)
-    )
+    image = image_mirror.local_name(settings["monitoring_prometheus_image"])
+    return run_words(PROMETHEUS, image, mc.PROMETHEUS_UID, mounts, {}, mc.prometheus_args(settings))
 
 
 def grafana_words(settings: dict[str, Any], ray_dashboards: bool) -> list[str]:
@@ -182,9 +182,8 @@ def grafana_words(settings: dict[str, Any], ray_dashboards: bool) -> list[str]:
     mounts = [mount(mc.GRAFANA_DIR, readonly=True), mount(mc.GRAFANA_DATA)]
     if ray_dashboards:
         mounts.append(mount(mc.ray_dashboards_dir(settings), readonly=True))
-    return run_words(
-        GRAFANA, settings["monitoring_grafana_image"], mc.GRAFANA_UID, mounts, mc.grafana_env(settings), []
-    )
+    image = image_mirror.local_name(settings["monitoring_grafana_image"])
+    return run_words(GRAFANA, image, mc.GRAFANA_UID, mounts, mc.grafana_env(settings), [])
 
 
 def unit_values(container: str, what: str, words: list[str], firewall_unit: str | None = None) -> dict[str, Any]:
@@ -199,8 +198,8 @@ def unit_values(container: str, what: str, words: list[str], firewall_unit: str 
 
 
 def _image(what: str, image: str, with_auth: bool) -> None:
-    if fact(host, DockerImageId, image) is None:
-        server.shell(name=f"Get {what}'s image {image}", commands=[pull_command(image, with_auth)])
+    if fact(host, DockerImageId, image_mirror.local_name(image)) is None:
+        server.shell(name=f"Get {what}'s image {image}", commands=fetch_commands(image, with_auth))
 
 
 def _data_folder(path: str, uid: int) -> None:
@@ -320,7 +319,10 @@ def _remove(
 ) -> set[tuple[str, str]]:
     """Remove ``containers`` (their units, containers and images) and ``folders``, where they are. Returns
     what the one ``Leftovers`` fact found, ``also`` asked for besides (paths another remover takes away)."""
-    images = {PROMETHEUS: settings["monitoring_prometheus_image"], GRAFANA: settings["monitoring_grafana_image"]}
+    images = {
+        PROMETHEUS: image_mirror.local_name(settings["monitoring_prometheus_image"]),
+        GRAFANA: image_mirror.local_name(settings["monitoring_grafana_image"]),
+    }
     paths = (*map(_unit_path, containers), *folders, *also)
     found = fact(host, Leftovers, paths, tuple(containers), tuple(images[c] for c in containers))
     for container in containers:

@@ -23,7 +23,7 @@ from pyinfra.operations import files, server, systemd
 from deploy.contract.ports import ray_metrics_env
 from deploy.contract.settings import host_data, host_settings, merge, node_address, present_hosts
 from deploy.firewall import nftables
-from deploy.host import efa
+from deploy.host import efa, image_mirror
 from deploy.host.base import platform
 from deploy.host.ray_image import needs_pull, runs_other_image, same_image_command, user_command
 from deploy.host.secret_files import cluster_digest_key, put_secret_file
@@ -208,7 +208,7 @@ def docker_run_args(
         args.append(f"--mount=type=bind,src={dashboards},dst={dashboards}")
     if num_gpus > 0:
         args.append(gpus_option(settings.get("nvidia_visible_devices", "all")))
-    return args + [settings["ray_image"], *start_args]
+    return args + [image_mirror.local_name(settings["ray_image"]), *start_args]
 
 
 #: Of Docker's default capabilities, those Ray and its jobs use as root in the container: files owned by
@@ -323,7 +323,7 @@ def node_view(current_host: Any) -> rolling.Node:
         role, run_args = desired_run_args(current_host)
         container = fact(current_host, ContainerState, name)
         left_over = fact(current_host, ContainerState, previous_name(name))  # a replacement cut short
-        image_id = fact(current_host, DockerImageId, settings["ray_image"])
+        image_id = fact(current_host, DockerImageId, image_mirror.local_name(settings["ray_image"]))
         kept = container or left_over  # what runs, or what a failed replacement would bring back
         stale = bool(left_over) or not is_current(container, run_args) or runs_other_image(container, image_id)
         pulls = needs_pull(settings, image_id)  # the image the pull brings is known only once it ran
@@ -394,7 +394,7 @@ def ray_node() -> None:
     settings = host_settings(host)
     role, run_args = desired_run_args(host)
     # Files the container writes or reads are owned by the user it runs as (root in rayrig's image, ray in Ray's).
-    uid = user_command(settings["ray_image"])
+    uid = user_command(image_mirror.local_name(settings["ray_image"]))
     own_files, certificate = _secrets(settings, uid)
     own_files += _folders(settings, role, uid)
     view = _unit(settings)
@@ -504,7 +504,8 @@ def _replace(settings: dict[str, Any], role: str, run_args: list[str], own_files
         replace_command(name, host.name, settings["ray_replace_timeout_s"], with_hash_label(run_args)),
     ]
     if view.if_new_image:  # this run pulls: replace only if the pull brought another image
-        replace = [f"{same_image_command(settings['ray_image'], name)} || {{ {' && '.join(replace)}; }}"]
+        same = same_image_command(image_mirror.local_name(settings["ray_image"]), name)
+        replace = [f"{same} || {{ {' && '.join(replace)}; }}"]
     nodes = run_nodes(host)
     gate = rolling.gate(host.state, nodes)  # a failure in the steps below stops the deploy
     if role == "head":

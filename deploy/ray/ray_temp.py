@@ -29,6 +29,7 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
+from deploy.host import image_mirror
 from deploy.host.ray_image import user_command
 
 #: Where Ray keeps its sessions inside the container (``ray start``'s default --temp-dir).
@@ -80,5 +81,5 @@ def own_command(settings: dict[str, Any]) -> str:
     """  # noqa: E501 - a doctest's output is one line
     folder = shlex.quote(settings["ray_temp_dir"])
     mounted = shlex.quote(host_path(settings))
-    uid = user_command(settings["ray_image"])
+    uid = user_command(image_mirror.local_name(settings["ray_image"]))
     return f'mkdir -p {mounted} && chown -R "$({uid})" {mounted} && chmod 700 {folder}'

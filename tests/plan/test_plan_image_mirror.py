@@ -129,3 +129,42 @@ def test_the_heads_firewall_names_the_mirror_port_only_where_the_members_do_not_
     # the default: the members reach every port, so the ruleset is the one without the mirror
     without = run_deploy(reference_cluster("ubuntu22", "fresh"))
     assert ruleset(fresh, HEAD) == ruleset(without, HEAD)
+
+
+# --- A ray_image pinned by digest -----------------------------------------------------------------
+
+PINNED_DIGEST = "sha256:" + "0123456789abcdef" * 4
+PINNED = f"{IMAGE}@{PINNED_DIGEST}"
+PINNED_LOCAL = "rayproject/ray:rayrig-0123456789ab"  # Docker tags no digest: the name the hosts run it by
+
+
+def no_tag_to_a_digest(run) -> None:
+    """``docker tag SRC DEST`` with a digest in DEST is refused by Docker; no host is sent one."""
+    for name, h in run.hosts.items():
+        for command in h.commands:
+            for dest in re.findall(r"docker tag \S+ (\S+)", command):
+                assert "@" not in dest, (name, command)
+
+
+def test_a_pinned_image_is_copied_by_its_digest_alone_and_every_host_runs_that_digest_by_one_name():
+    run = run_deploy(reference_cluster("ubuntu22", "fresh", data={**MIRROR_DATA, "ray_image": PINNED}))
+    head = job_args(run[HEAD].op("into the head's mirror").commands[0])
+    # skopeo takes no tag beside a digest: the head copies upstream's digest, and upstream serves it or nothing
+    assert head[5] == f"rayproject/ray@{PINNED_DIGEST}"
+    assert head[2] == PINNED_LOCAL  # what the head's pull of its own copy is named
+    for worker in (GPU_WORKER, CPU_WORKER):
+        command = run[worker].op(f"Pull {PINNED} from the head's mirror by the digest").commands[0]
+        assert f"docker tag {MIRROR}/rayproject/ray@{fake_mirror.DIGEST} {PINNED_LOCAL}" in command
+    for name in (HEAD, GPU_WORKER, CPU_WORKER):
+        create = run[name].docker_create()
+        assert PINNED_LOCAL in create and PINNED not in create, name
+    no_tag_to_a_digest(run)
+
+
+def test_without_the_mirror_a_pinned_image_is_pulled_by_its_digest_and_named_for_it():
+    run = run_deploy(reference_cluster("ubuntu22", "fresh", data={"ray_image": PINNED}))
+    for name in (HEAD, GPU_WORKER, CPU_WORKER):
+        args = job_args(run[name].op(f"Pull {PINNED} \\(in the background\\)").commands[0])
+        assert args[2:4] == [PINNED_LOCAL, f"rayproject/ray@{PINNED_DIGEST}"] and args[9] == "tag", args
+        assert PINNED_LOCAL in run[name].docker_create()
+    no_tag_to_a_digest(run)

@@ -108,3 +108,20 @@ def test_the_cluster_side_of_the_mirror_refuses_writes_and_the_copy_side_listens
     copy_side = image_mirror.registry_config("127.0.0.1:5000", read_only=False)
     assert "addr: 127.0.0.1:5000\n" in copy_side and "readonly" not in copy_side
     assert "delete:\n    enabled: false" in copy_side
+
+
+@pytest.mark.parametrize(
+    ("image", "source", "local"),
+    [
+        ("rayproject/ray:2.60.0", "rayproject/ray:2.60.0", "rayproject/ray:2.60.0"),  # a tag: as it is
+        ("r/ray:1@sha256:" + "0a" * 32, "r/ray@sha256:" + "0a" * 32, "r/ray:rayrig-0a0a0a0a0a0a"),
+        ("10.0.0.5:5000/ml/ray@sha256:" + "fe" * 32, "10.0.0.5:5000/ml/ray@sha256:" + "fe" * 32,
+         "10.0.0.5:5000/ml/ray:rayrig-fefefefefefe"),  # a registry's port is not a tag
+        ("[fd00::5]:5000/ray:2@sha256:" + "12" * 32, "[fd00::5]:5000/ray@sha256:" + "12" * 32,
+         "[fd00::5]:5000/ray:rayrig-121212121212"),
+    ],
+)  # fmt: skip
+def test_a_pinned_image_is_fetched_by_its_digest_alone_and_run_by_a_tag_of_that_digest(image, source, local):
+    assert image_mirror.source_reference(image) == source
+    assert image_mirror.local_name(image) == local
+    assert "@" not in image_mirror.local_name(image)  # docker tag refuses a digest

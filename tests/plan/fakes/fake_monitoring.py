@@ -27,6 +27,7 @@ from typing import Any
 
 from deploy.contract import settings
 from deploy.firewall.guard import FIREWALL_UNIT
+from deploy.host.image_mirror import local_name
 from deploy.monitoring import config as mc
 from deploy.monitoring import ray_sd
 from deploy.monitoring import server as ms
@@ -113,9 +114,9 @@ def facts(converged: bool, data: Mapping[str, Any], options: Mapping[str, Any]) 
     serves = bool(options.get("serves")) and converged
     # Leftovers: one command; on a host that should have none, what ``leftovers`` says is there.
     state.responses[LEFTOVERS] = [" ".join(item) for item in options.get("leftovers", ())]
-    containers = {ms.PROMETHEUS: (s["monitoring_prometheus_image"], prometheus(s))}
+    containers = {ms.PROMETHEUS: (local_name(s["monitoring_prometheus_image"]), prometheus(s))}
     if s["monitoring_grafana"]:
-        containers[ms.GRAFANA] = (s["monitoring_grafana_image"], grafana(s))
+        containers[ms.GRAFANA] = (local_name(s["monitoring_grafana_image"]), grafana(s))
     # ConfigReadAt: when each container last read its files, and when they were written.
     state.responses[config_read_at(ms.GRAFANA)] = ["STARTED=1733004000", "WRITTEN=1733000000"] if serves else []
     unread = bool(options.get("config_unread"))
@@ -151,7 +152,7 @@ def facts(converged: bool, data: Mapping[str, Any], options: Mapping[str, Any]) 
     state.dirs.update(expected_dirs(s))
     gpu = state.files[GPU_TARGETS][0]
     state.responses[GPU_TARGETS_TEXT] = ["EXISTS", *gpu.splitlines()]
-    for image in (s["monitoring_prometheus_image"], s["monitoring_grafana_image"]):
+    for image in (local_name(s["monitoring_prometheus_image"]), local_name(s["monitoring_grafana_image"])):
         key = fact_key(DockerImageId, f"docker image inspect --format '{{{{.Id}}}}' {image}", image)
         state.responses[key] = [IMAGE_ID]
     return state

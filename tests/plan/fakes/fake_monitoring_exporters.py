@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from deploy.contract import settings
+from deploy.host.image_mirror import local_name
 from deploy.host.platform import detect
 from deploy.monitoring import exporters as mon
 from deploy.run.facts import DockerImageId, FileText
@@ -65,13 +66,13 @@ def expected_units(os_name: str, data: Mapping[str, Any], gpus: int) -> dict[str
         argv = [package.binary, *mon.node_exporter_args(node)]
         units[package.service] = (argv, mon.drop_in_text(package, node, firewall_unit))
     else:
-        args = mon.node_container_args(s["monitoring_node_exporter_image"], node)
+        args = mon.node_container_args(local_name(s["monitoring_node_exporter_image"]), node)
         units[mon.NODE_UNIT] = (
             ["docker", *args],
             mon.unit_text(mon.NODE_UNIT, "Prometheus node exporter", args, firewall_unit),
         )
     if gpus and s["monitoring_gpu_exporter"] == "dcgm":
-        args = mon.gpu_container_args(s["monitoring_gpu_exporter_image"], gpu)
+        args = mon.gpu_container_args(local_name(s["monitoring_gpu_exporter_image"]), gpu)
         units[mon.GPU_UNIT] = (
             ["docker", *args],
             mon.unit_text(mon.GPU_UNIT, "NVIDIA DCGM exporter", args, firewall_unit),
@@ -80,11 +81,11 @@ def expected_units(os_name: str, data: Mapping[str, Any], gpus: int) -> dict[str
 
 
 def expected_images(os_name: str, data: Mapping[str, Any], gpus: int) -> list[str]:
-    """The exporter images a converged host runs (and rayrig pulled)."""
+    """The exporter images a converged host runs (and rayrig pulled), by the names it runs them by."""
     s = settings.merge(data)
-    images = [] if package_of(os_name) else [s["monitoring_node_exporter_image"]]
+    images = [] if package_of(os_name) else [local_name(s["monitoring_node_exporter_image"])]
     if gpus and s["monitoring_gpu_exporter"] == "dcgm":
-        images.append(s["monitoring_gpu_exporter_image"])
+        images.append(local_name(s["monitoring_gpu_exporter_image"]))
     return images
 
 
@@ -136,7 +137,7 @@ def facts(os_name: str, converged: bool, data: Mapping[str, Any], gpus: int, opt
     if marker or images:
         state.dirs[mon.STATE_DIR] = 755
     present = options.get("images_present", installed)
-    for image in (s["monitoring_node_exporter_image"], s["monitoring_gpu_exporter_image"]):
+    for image in (local_name(s["monitoring_node_exporter_image"]), local_name(s["monitoring_gpu_exporter_image"])):
         ids = ["sha256:" + "cd" * 32] if present and image in images else []
         state.responses[fact_key(DockerImageId, f"docker image inspect --format '{{{{.Id}}}}' {image}", image)] = ids
     return state

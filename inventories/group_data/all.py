@@ -120,15 +120,23 @@ base_wait_timeout_s = 600  # how long to wait for cloud-init and package-manager
 monitoring_enabled = True  # node and GPU exporters (and Prometheus, Grafana); False removes what rayrig installed
 monitoring_host = None  # inventory name or address of the host running Prometheus and Grafana; None: the head
 monitoring_ports = {"node_exporter": 9100, "gpu_exporter": 9400}  # node exporter (every host), GPU exporter (GPU hosts)
-monitoring_node_exporter_image = "quay.io/prometheus/node-exporter:v1.9.1"  # Amazon Linux 2023 (no package there)
+# The images are pinned by digest (scripts/pin-images.py checks and updates the digests); the DCGM
+# exporter's and ray_image stay tags: pin them in your inventory once you have checked the digest.
+monitoring_node_exporter_image = (  # Amazon Linux 2023 (no package there)
+    "quay.io/prometheus/node-exporter:v1.9.1@sha256:d00a542e409ee618a4edc67da14dd48c5da66726bbd5537ab2af9c1dfc442c8a"
+)
 monitoring_gpu_exporter = "dcgm"  # GPU hosts' exporter: "dcgm" (NVIDIA's DCGM exporter container) or "none"
 monitoring_gpu_exporter_image = "nvcr.io/nvidia/k8s/dcgm-exporter:4.2.3-4.1.3-ubuntu22.04"  # through image_mirror too
 # monitoring (server): Prometheus and Grafana on monitoring_host, in containers, on 127.0.0.1 only.
 monitoring_prometheus_port = 9090  # Prometheus's port on the monitoring host's loopback (rayrig dashboard forwards it)
 monitoring_grafana_port = 3000  # Grafana's port on the monitoring host's loopback (rayrig dashboard forwards it)
-monitoring_prometheus_image = "quay.io/prometheus/prometheus:v3.5.0"  # Prometheus 3.5, an LTS line; pin a tag or digest
+monitoring_prometheus_image = (  # Prometheus 3.5, an LTS line
+    "quay.io/prometheus/prometheus:v3.5.0@sha256:63805ebb8d2b3920190daf1cb14a60871b16fd38bed42b857a3182bc621f4996"
+)
 monitoring_grafana = True  # run Grafana beside Prometheus; False: Prometheus only
-monitoring_grafana_image = "grafana/grafana:12.1.1"  # Grafana OSS; pin a tag or digest
+monitoring_grafana_image = (  # Grafana OSS
+    "grafana/grafana:12.1.1@sha256:a1701c2180249361737a99a01bc770db39381640e4d631825d38ff4535efa47d"
+)
 monitoring_retention_time = "15d"  # Prometheus keeps samples this long (--storage.tsdb.retention.time)
 monitoring_retention_size = "10GB"  # and at most this much on disk, oldest dropped first; None: no size limit
 

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import re
 import shlex
 
 import pytest
 import yaml
 
+from deploy.contract import settings
 from deploy.contract.schema import InventoryError
+from deploy.host.image_mirror import local_name, source_reference
 from deploy.monitoring import config as mc
 from tests.plan.fakes.fakehosts import CPU_WORKER, GPU_WORKER, HEAD, OSES, reference_cluster
 from tests.plan.harness import HostRun, run_deploy
@@ -16,6 +19,9 @@ from tests.plan.harness import HostRun, run_deploy
 PROMETHEUS_UNIT = "/etc/systemd/system/rayrig-prometheus.service"
 GRAFANA_UNIT = "/etc/systemd/system/rayrig-grafana.service"
 DASHBOARDS = "/var/lib/rayrig/ray/grafana-dashboards"
+#: The default images, pinned by digest, and the names the monitoring host runs them by (pulled by digest).
+PROMETHEUS_IMAGE, GRAFANA_IMAGE = (settings.defaults()[f"monitoring_{x}_image"] for x in ("prometheus", "grafana"))
+PROMETHEUS_LOCAL, GRAFANA_LOCAL = local_name(PROMETHEUS_IMAGE), local_name(GRAFANA_IMAGE)
 #: Everything the step writes on the monitoring host (Grafana on).
 FILES = (
     mc.PROMETHEUS_YML, mc.RULES_YML, f"{mc.TARGETS_DIR}/ray.json", f"{mc.TARGETS_DIR}/node.json",
@@ -41,10 +47,13 @@ def test_a_fresh_cluster_runs_prometheus_and_grafana_on_the_head_only(os_name):
     for path in FILES:
         assert path in head.uploads, path
     assert head.op("Write Prometheus's configuration").commands[-1] == f"chmod 644 {mc.PROMETHEUS_YML}"
-    assert head.op("Get Prometheus's image quay.io/prometheus/prometheus:v3.5.0").commands == [
-        "docker pull --quiet quay.io/prometheus/prometheus:v3.5.0"
+    source = source_reference(PROMETHEUS_IMAGE)
+    assert source == "quay.io/prometheus/prometheus@" + PROMETHEUS_IMAGE.split("@")[1]
+    assert head.op(f"Get Prometheus's image {re.escape(PROMETHEUS_IMAGE)}").commands == [
+        f"docker pull --quiet {source}",  # by the digest, then named for it: Docker tags no digest
+        f"docker tag {source} {PROMETHEUS_LOCAL} && docker rmi {source}",
     ]
-    assert head.op("Get Grafana's image grafana/grafana:12.1.1").changed
+    assert head.op(f"Get Grafana's image {re.escape(GRAFANA_IMAGE)}").changed
     assert head.op("Keep the rayrig-prometheus service").commands == [
         "systemctl start rayrig-prometheus.service",
         "systemctl enable rayrig-prometheus.service",
@@ -56,6 +65,7 @@ def test_a_fresh_cluster_runs_prometheus_and_grafana_on_the_head_only(os_name):
     assert head.op(r"Make /var/lib/rayrig/grafana the").commands == ["chown -R 472:472 /var/lib/rayrig/grafana"]
     prometheus = exec_start(head, PROMETHEUS_UNIT)
     assert prometheus[:3] == ["docker", "run", "--rm"] and "--network=host" in prometheus
+    assert PROMETHEUS_LOCAL in prometheus and GRAFANA_LOCAL in exec_start(head, GRAFANA_UNIT)
     assert "--web.listen-address=127.0.0.1:9090" in prometheus
     assert "--storage.tsdb.retention.time=15d" in prometheus and "--storage.tsdb.retention.size=10GB" in prometheus
     # Only the folder of the copy of Ray's service-discovery file, read-only; nothing of Ray's own folder.
@@ -140,7 +150,7 @@ def test_grafana_off_runs_prometheus_only():
 
 
 def test_turning_grafana_off_removes_it_from_a_converged_head():
-    leftovers = [("PATH", GRAFANA_UNIT), ("CONTAINER", "rayrig-grafana"), ("IMAGE", "grafana/grafana:12.1.1"),
+    leftovers = [("PATH", GRAFANA_UNIT), ("CONTAINER", "rayrig-grafana"), ("IMAGE", GRAFANA_LOCAL),
                  ("PATH", mc.GRAFANA_DIR), ("PATH", mc.GRAFANA_DATA), ("PATH", DASHBOARDS)]  # fmt: skip
     hosts = reference_cluster(
         "ubuntu22", "converged", data={"monitoring_grafana": False},
@@ -153,7 +163,7 @@ def test_turning_grafana_off_removes_it_from_a_converged_head():
     ]
     assert head.op("Remove the rayrig-grafana systemd unit").commands == [f"rm -f {GRAFANA_UNIT}"]
     assert head.op("Remove the rayrig-grafana container").commands == ["docker rm --force rayrig-grafana"]
-    assert head.op("Remove the image grafana/grafana:12.1.1").commands == ["docker rmi grafana/grafana:12.1.1"]
+    assert head.op(f"Remove the image {GRAFANA_LOCAL}").commands == [f"docker rmi {GRAFANA_LOCAL}"]
     for folder in (mc.GRAFANA_DIR, mc.GRAFANA_DATA, DASHBOARDS):
         assert head.op(f"Remove {folder}$").commands == [f"rm -rf {folder}"]
     assert not head.has_op("Remove the rayrig-prometheus")
@@ -161,8 +171,8 @@ def test_turning_grafana_off_removes_it_from_a_converged_head():
 
 def test_monitoring_off_removes_everything_and_a_rerun_plans_nothing():
     every = [("PATH", PROMETHEUS_UNIT), ("PATH", GRAFANA_UNIT), ("CONTAINER", "rayrig-prometheus"),
-             ("CONTAINER", "rayrig-grafana"), ("IMAGE", "quay.io/prometheus/prometheus:v3.5.0"),
-             ("IMAGE", "grafana/grafana:12.1.1"), ("PATH", mc.CONFIG_DIR), ("PATH", mc.PROMETHEUS_DATA),
+             ("CONTAINER", "rayrig-grafana"), ("IMAGE", PROMETHEUS_LOCAL),
+             ("IMAGE", GRAFANA_LOCAL), ("PATH", mc.CONFIG_DIR), ("PATH", mc.PROMETHEUS_DATA),
              ("PATH", mc.GRAFANA_DATA), ("PATH", DASHBOARDS)]  # fmt: skip
     off = {"monitoring_enabled": False}
     was_on = {"leftovers": every, "head_monitors": True}  # ray-node still runs with the monitoring environment
@@ -171,7 +181,7 @@ def test_monitoring_off_removes_everything_and_a_rerun_plans_nothing():
     removed = monitoring_changes(head)
     names = ["Stop and disable the rayrig-prometheus service", "Remove the rayrig-prometheus systemd unit",
              "Reload systemd units without rayrig-prometheus", "Remove the rayrig-prometheus container",
-             "Remove the image quay.io/prometheus/prometheus:v3.5.0", f"Remove {mc.CONFIG_DIR}",
+             f"Remove the image {PROMETHEUS_LOCAL}", f"Remove {mc.CONFIG_DIR}",
              f"Remove {mc.PROMETHEUS_DATA}", "Remove the rayrig-grafana container", f"Remove {DASHBOARDS}"]  # fmt: skip
     for name in names:
         assert f"Monitoring server | {name}" in removed, name

@@ -10,7 +10,9 @@ import shlex
 
 import pytest
 
+from deploy.contract import settings
 from deploy.firewall import nftables
+from deploy.host.image_mirror import local_name, source_reference
 from deploy.monitoring import exporters as mon
 from tests.plan.fakes import fake_mirror
 from tests.plan.fakes.fakehosts import CPU_WORKER, GPU_WORKER, HEAD, NVIDIA_DAEMON_JSON, OSES, reference_cluster
@@ -18,7 +20,8 @@ from tests.plan.harness import HostRun, Run, run_deploy
 
 ALL = (HEAD, GPU_WORKER, CPU_WORKER)
 ADDRESS = {HEAD: "10.0.0.1", GPU_WORKER: "10.0.0.2", CPU_WORKER: "10.0.0.3"}
-NODE_IMAGE = "quay.io/prometheus/node-exporter:v1.9.1"
+NODE_IMAGE = settings.defaults()["monitoring_node_exporter_image"]  # pinned by digest
+NODE_SOURCE, NODE_LOCAL = source_reference(NODE_IMAGE), local_name(NODE_IMAGE)  # pulled by it, run by a name
 DCGM_IMAGE = "nvcr.io/nvidia/k8s/dcgm-exporter:4.2.3-4.1.3-ubuntu22.04"
 #: The node exporter per OS: (package, its unit); None: the container.
 PACKAGE = {
@@ -58,10 +61,11 @@ def test_the_node_exporter_comes_from_the_os_package_or_the_container(fresh):
         host = run[name]
         listen = f"--web.listen-address={ADDRESS[name]}:9100"
         if PACKAGE[os_name] is None:  # Amazon Linux 2023: no package, the pinned container
-            assert host.op(f"Fetch the exporter image {NODE_IMAGE}$").commands == [
-                f"timeout 3600 docker pull --quiet {NODE_IMAGE}",
-                f"mkdir -p /var/lib/rayrig/exporters && {{ grep -qxF -- {NODE_IMAGE} /var/lib/rayrig/exporters/images "
-                f"2>/dev/null || echo {NODE_IMAGE} >> /var/lib/rayrig/exporters/images; }}",
+            assert host.op(f"Fetch the exporter image {re.escape(NODE_IMAGE)}$").commands == [
+                f"timeout 3600 docker pull --quiet {NODE_SOURCE}",
+                f"docker tag {NODE_SOURCE} {NODE_LOCAL} && docker rmi {NODE_SOURCE}",
+                f"mkdir -p /var/lib/rayrig/exporters && {{ grep -qxF -- {NODE_LOCAL} /var/lib/rayrig/exporters/images "
+                f"2>/dev/null || echo {NODE_LOCAL} >> /var/lib/rayrig/exporters/images; }}",
             ]
             unit = host.op("Install the rayrig-node-exporter unit").uploads[
                 "/etc/systemd/system/rayrig-node-exporter.service"
@@ -69,7 +73,7 @@ def test_the_node_exporter_comes_from_the_os_package_or_the_container(fresh):
             start = next(line for line in unit.splitlines() if line.startswith("ExecStart="))
             assert shlex.split(start.removeprefix("ExecStart=")) == [
                 "/usr/bin/env", "docker", "run", "--rm", "--name=rayrig-node-exporter", "--pull=never", "--net=host",
-                "--pid=host", "--volume=/:/host:ro,rslave", NODE_IMAGE, "--path.rootfs=/host", listen,
+                "--pid=host", "--volume=/:/host:ro,rslave", NODE_LOCAL, "--path.rootfs=/host", listen,
             ]  # fmt: skip
             assert "Restart=always" in unit
             assert host.op("Enable and start rayrig-node-exporter").commands == [
@@ -218,6 +222,27 @@ def test_the_head_copies_the_dcgm_image_once_and_the_gpu_host_fetches_it_from_th
     assert not run[HEAD].has_op("Fetch the exporter image") and not run[CPU_WORKER].has_op("exporter image")
 
 
+PINNED_DCGM = f"{DCGM_IMAGE}@sha256:{'ab' * 32}"
+PINNED_DCGM_LOCAL = "nvcr.io/nvidia/k8s/dcgm-exporter:rayrig-abababababab"
+
+
+def test_a_pinned_exporter_image_is_copied_by_its_digest_and_runs_by_the_name_of_that_digest():
+    data = {"image_mirror": "head", "monitoring_gpu_exporter_image": PINNED_DCGM}
+    run = run_deploy(reference_cluster("ubuntu22", data=data))
+    copy = run[HEAD].op(f"Copy the exporter image {PINNED_DCGM} to the head's mirror")
+    assert shlex.split(copy.commands[0])[1] == f"nvcr.io/nvidia/k8s/dcgm-exporter@sha256:{'ab' * 32}"  # no tag
+    fetch = run[GPU_WORKER].op(f"Fetch the exporter image {PINNED_DCGM} through the head's mirror")
+    assert f" {PINNED_DCGM_LOCAL} " in fetch.commands[0]  # Docker tags no digest
+    unit = run[GPU_WORKER].op(f"Install the {mon.GPU_UNIT} unit").uploads[f"/etc/systemd/system/{mon.GPU_UNIT}.service"]
+    assert PINNED_DCGM_LOCAL in unit and "@sha256" not in unit
+    direct = run_deploy(reference_cluster("ubuntu22", data={"monitoring_gpu_exporter_image": PINNED_DCGM}))
+    [pull, tag, record] = direct[GPU_WORKER].op(f"Fetch the exporter image {PINNED_DCGM}").commands
+    source = f"nvcr.io/nvidia/k8s/dcgm-exporter@sha256:{'ab' * 32}"
+    assert pull.endswith(f"docker pull --quiet {source}")
+    assert tag == f"docker tag {source} {PINNED_DCGM_LOCAL} && docker rmi {source}"
+    assert PINNED_DCGM_LOCAL in record
+
+
 def test_with_the_mirror_and_every_image_present_nothing_is_copied():
     run = run_deploy(reference_cluster("ubuntu22", "converged", data={"image_mirror": "head"}))
     assert not any(run[name].has_op("exporter image") for name in ALL)
@@ -256,7 +281,7 @@ def test_monitoring_off_removes_what_rayrig_installed(os_name):
     assert gpu.op("Remove the DCGM exporter's counters").commands == ["rm -f /etc/rayrig/dcgm-counters.csv"]
     images = gpu.op("Remove the exporter images rayrig pulled").commands[0]
     assert f"docker image rm -- {DCGM_IMAGE}" in images
-    assert (f"docker image rm -- {NODE_IMAGE}" in images) == (PACKAGE[os_name] is None)
+    assert (f"docker image rm -- {NODE_LOCAL}" in images) == (PACKAGE[os_name] is None)
     for name in (HEAD, CPU_WORKER):
         assert not run[name].has_op("gpu-exporter")
     # Monitoring is off: the exporters' ports leave the members' set; Ray's metrics ports stay.

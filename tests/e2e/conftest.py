@@ -40,6 +40,7 @@ from tests.e2e.labkit import (
     fresh_lab,
     mirror_poisoner_tries,
     start_mirror_poisoner,
+    upstream_digest,
     wait_for_alive,
 )
 
@@ -101,7 +102,9 @@ def lab():
 @pytest.fixture(scope="session")
 def first_deploy(lab):
     """The first deploy of a fresh lab, through the head's image mirror, the checks at its end: what
-    ``test_lab_cluster`` reads. The later scenarios on this lab find the mirror running; the deploys
+    ``test_lab_cluster`` reads. Its ``ray_image`` is pinned by the digest the lab's registry serves
+    (``REPOSITORY:TAG@sha256:...``): what each node ran is kept in ``ran`` (the next deploy, the
+    baseline's, is of the tag). The later scenarios on this lab find the mirror running; the deploys
     that leave ``image_mirror`` at its default take no notice of it."""
     deployed = lab.sh(lab.head, "command -v docker || true").strip()
     assert not deployed, "the first deploy needs a fresh lab, and this one was deployed: run test_lab_cluster first"
@@ -109,11 +112,15 @@ def first_deploy(lab):
     # A member tries to write into the head's mirror all along (test_lab_cluster reads what it got).
     attacker = lab.workers[0]
     start_mirror_poisoner(lab, attacker, f"{lab.head['address']}:{settings.defaults()['image_mirror_port']}")
+    pinned = f"{lab.state['image']}@{upstream_digest(lab)}"
     try:
-        result = deploy(LAB_INVENTORY, "--data", "image_mirror=head")
+        result = deploy(LAB_INVENTORY, "--data", "image_mirror=head", "--data", f"ray_image={pinned}")
     finally:
         result_tries = mirror_poisoner_tries(lab, attacker)
     assert result.returncode == 0, "the first deploy failed"
+    inspect = "sudo docker inspect --format '{{.Config.Image}} {{.Image}}' ray-node"
+    result.pinned = pinned
+    result.ran = {h["address"]: tuple(lab.sh(h, inspect).split()) for h in lab.hosts}
     result.started, result.ended = started, utc_now()  # the upstream registry's log in between is this deploy's
     result.mirror_write_tries = result_tries
     return result

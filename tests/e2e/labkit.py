@@ -18,6 +18,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import urllib.request
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -408,3 +409,21 @@ def mirror_poisoner_tries(lab: Lab, member: dict) -> list[dict]:
     """Stop the member's writes into the mirror; what each try got (an HTTP status, or the error's name)."""
     lab.sh(member, "pkill -f '[r]ayrig-e2e-mirror-poisoner' || true")  # [r]: not this command itself
     return [json.loads(line) for line in lab.sh(member, f"cat {POISONER_LOG} 2>/dev/null || true").splitlines() if line]
+
+
+def upstream_digest(lab: Lab, repository_tag: str | None = None) -> str:
+    """The digest of the manifest of the lab's Ray image (or of ``repository_tag``, path:tag in the lab's
+    registry), as the lab's registry, the upstream, serves it."""
+    path, tag = (repository_tag or lab.state["image"].split("/", 1)[1]).rsplit(":", 1)
+    request = urllib.request.Request(
+        f"http://{lab.state['registry_local']}/v2/{path}/manifests/{tag}", method="HEAD",
+        headers={"Accept": ", ".join(MANIFEST_TYPES)},
+    )  # fmt: skip
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        return answer.headers["Docker-Content-Digest"]
+
+
+MANIFEST_TYPES = (
+    "application/vnd.docker.distribution.manifest.v2+json", "application/vnd.oci.image.manifest.v1+json",
+    "application/vnd.docker.distribution.manifest.list.v2+json", "application/vnd.oci.image.index.v1+json",
+)  # fmt: skip

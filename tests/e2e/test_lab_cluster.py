@@ -22,6 +22,7 @@ import pytest
 from cloud import ssh as remote
 from deploy.contract import settings
 from deploy.firewall import nftables
+from deploy.host import image_mirror
 from deploy.ray import auth, ray_temp
 from rayrig.dashboard import free_port
 from tests.e2e.labkit import (
@@ -162,6 +163,9 @@ def test_no_member_can_write_into_the_mirror_and_every_node_runs_the_digest_the_
     )
     with urllib.request.urlopen(request, timeout=10) as answer:
         upstream_config = json.loads(answer.read())["config"]["digest"]
+    # ray_image pinned by upstream's digest: each node ran it, by the name of that digest (Docker tags no digest)
+    local = image_mirror.local_name(first_deploy.pinned)
+    assert first_deploy.ran == {h["address"]: (local, upstream_config) for h in lab.hosts}, first_deploy.ran
     for h in lab.hosts:
         assert lab.sh(h, "sudo docker inspect --format '{{.Image}}' ray-node").strip() == upstream_config, h["address"]
     # The mirror answers on the head's cluster address only; its copy side is not up between copies.

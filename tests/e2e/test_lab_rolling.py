@@ -1,11 +1,12 @@
 """Rolling changes and head failure on the lab (1 head, 2 workers).
 
-A second tag of the lab image rolls out the head first, then one worker at a time, and
-back; a restarted head container and a rebooted head host get every worker back within
-120 s with no deploy; with ``ray_gcs_fault_tolerance`` a head restart keeps the workers'
-node IDs and a detached named actor. Every test starts from the baseline and leaves the cluster on
-``inventories/lab.py``. The deploys here skip the checks: what they prove on a changed cluster is
-test_lab_tls's (every node replaced, the checks PASS).
+A second tag of the lab image, pinned by its digest, rolls out the head first, then one worker
+at a time (each host pulls the digest and runs it by the name of that digest), and back; a
+restarted head container and a rebooted head host get every worker back within 120 s with no
+deploy; with ``ray_gcs_fault_tolerance`` a head restart keeps the workers' node IDs and a detached
+named actor. Every test starts from the baseline and leaves the cluster on ``inventories/lab.py``.
+The deploys here skip the checks: what they prove on a changed cluster is test_lab_tls's (every
+node replaced, the checks PASS).
 """
 
 from __future__ import annotations
@@ -18,8 +19,18 @@ import pytest
 
 from cloud import ssh as remote
 from cloud.lab.state import LAB_IMAGE_REPO, lab_image_tag
+from deploy.host import image_mirror
 from images import RAY_VERSION
-from tests.e2e.labkit import ANSI, HOSTS, LAB_INVENTORY, Lab, deploy, inventory_variant, wait_for_alive
+from tests.e2e.labkit import (
+    ANSI,
+    HOSTS,
+    LAB_INVENTORY,
+    Lab,
+    deploy,
+    inventory_variant,
+    upstream_digest,
+    wait_for_alive,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -52,13 +63,13 @@ def test_a_new_image_rolls_out_head_first_then_one_worker_at_a_time_and_back(lab
     local = f"{lab.state['registry_local']}/{ROLLED_TAG}"
     for command in (["docker", "tag", lab_image_tag(), local], ["docker", "push", local], ["docker", "rmi", local]):
         subprocess.run(command, check=True, capture_output=True, timeout=600)
-    rolled = f"{lab.state['registry']}/{ROLLED_TAG}"
+    rolled = f"{lab.state['registry']}/{ROLLED_TAG}@{upstream_digest(lab, ROLLED_TAG)}"
     try:
         rolled_inventory = inventory_variant(tmp_path / "rolled.py", {"ray_image": rolled, "ray_rolling_batch": 1})
         result = deploy(rolled_inventory, *NO_CHECKS)
         assert result.returncode == 0, "the rolling deploy of a second image tag failed"
         assert_rolled_one_at_a_time(lab, result.stdout + result.stderr)
-        assert images(lab) == {h["address"]: rolled for h in lab.hosts}
+        assert images(lab) == {h["address"]: image_mirror.local_name(rolled) for h in lab.hosts}
         assert len(wait_for_alive(lab, HOSTS, BACK_WITHIN_S)) == HOSTS
     finally:
         back = deploy(LAB_INVENTORY, *NO_CHECKS)

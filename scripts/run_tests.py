@@ -242,7 +242,8 @@ def finish_beside(beside: list[tuple], results: dict[str, TierResult]) -> None:
               + f", in the background: exit {status}", flush=True)  # fmt: skip
         print(log.read_text(), end="", flush=True)
         result = read_junit(report, results[done.tier])
-        result.seconds += junit_seconds(report) or time.monotonic() - began  # its own time, not the wait for it
+        # its own time, not the wait for it; beside a pass of its tier, the longer of the two (they overlap)
+        result.seconds = max(result.seconds, junit_seconds(report) or time.monotonic() - began)
         note_status(result, done, status)
     beside.clear()
 

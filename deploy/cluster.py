@@ -22,6 +22,7 @@ from deploy.host.nvidia import nvidia
 from deploy.host.ray_image import ray_image, wait_for_image
 from deploy.host.secret_files import digest_key, private_uploads
 from deploy.monitoring.exporters import monitoring_exporters
+from deploy.monitoring.health import health_gate_service, health_node_side
 from deploy.monitoring.server import monitoring_server
 from deploy.post_checks import post_deploy_checks
 from deploy.ray.absent import remove_from_cluster
@@ -53,8 +54,10 @@ else:
     firewall()
     mirror_service()  # the head's image mirror answers only behind the firewall
     wait_for_image()
+    health_node_side()  # before ray-node: a quarantined node stays stopped
     ray_node()
     record_members()
     monitoring_exporters()
 monitoring_server()  # Prometheus and Grafana on the monitoring host, once Ray is up; removed elsewhere
+health_gate_service()  # the health gate on the monitoring host (health_gate); removed elsewhere
 post_deploy_checks()

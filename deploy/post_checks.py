@@ -38,6 +38,7 @@ from checks.quick import run_quick_checks
 from checks.verdict import FAIL, Verdict
 from deploy.contract.settings import host_data, host_settings, node_address, present_hosts
 from deploy.host.secret_files import AS_SSH_USER, ESCALATION
+from deploy.monitoring import health
 from deploy.ray.ray_node import head_host
 from deploy.run.facts import NvidiaDevices, fact
 from deploy.run.memo import run_memo
@@ -193,6 +194,11 @@ def run_checks(state: Any, always: bool = False) -> Verdict:
         click.echo("--> Post-deploy checks skipped: the head is not part of this run (--limit?)", err=True)
         return Verdict([])
     hosts = present_hosts(inventory)  # a host marked absent has left the cluster
+    out = [h for h in hosts if h is not head and health.quarantine_marker(h) is not None]
+    if out:  # the health gate keeps them out of the cluster until they are admitted
+        names = ", ".join(h.name for h in out)
+        click.echo(f"--> Left out of the checks, quarantined by the health gate: {names} (rayrig health)", err=True)
+        hosts = [h for h in hosts if h not in out]
     settings = {h.name: host_settings(h) for h in hosts}
     replaced = set(replaced_hosts(state))
     mode, why = choose_mode(settings[head.name]["checks_mode"], always, [h.name for h in hosts if h.name in replaced])

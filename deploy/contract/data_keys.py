@@ -462,6 +462,44 @@ PROPERTIES.update(
 )
 
 
+# The health gate (deploy/monitoring/health.py, checks/health_gate.py): one service for the cluster.
+CLUSTER_WIDE += (
+    "health_gate", "health_interval_s", "health_probe_interval_s", "health_probe_deadline_s", "health_probe_work",
+    "health_probe_fraction", "health_min_free_fraction", "health_fail_after", "health_pass_after",
+    "health_drain_timeout_s", "health_max_quarantined", "health_metrics_port",
+)  # fmt: skip
+_SECONDS_AT_LEAST_5 = {"type": "integer", "minimum": 5, "x-expected": "a number of seconds of at least 5"}
+PROPERTIES.update(
+    {
+        "health_gate": {"type": "boolean", "x-expected": "true or false"},
+        "health_interval_s": _SECONDS_AT_LEAST_5,
+        "health_probe_interval_s": _SECONDS_AT_LEAST_5,
+        "health_probe_deadline_s": _SECONDS_AT_LEAST_5,
+        "health_probe_work": {
+            "type": "integer",
+            "minimum": 1,
+            "maximum": 10000,
+            "x-expected": "a whole number 1-10000",
+        },
+        "health_probe_fraction": _FRACTION,
+        "health_min_free_fraction": {
+            "type": "number",
+            "minimum": 0,
+            "exclusiveMaximum": 1,
+            "x-expected": "a fraction in [0, 1)",
+        },
+        "health_fail_after": {"type": "integer", "minimum": 1, "x-expected": "a number of rounds of at least 1"},
+        "health_pass_after": {"type": "integer", "minimum": 1, "x-expected": "a number of rounds of at least 1"},
+        "health_drain_timeout_s": {"type": "integer", "minimum": 0, "x-expected": "a non-negative number of seconds"},
+        "health_max_quarantined": {
+            "oneOf": [{"type": "integer", "minimum": 1}, {"type": "string", "pattern": r"^([1-9][0-9]?|100)%\Z"}],
+            "x-expected": 'a number of workers of at least 1, or a percentage of the workers from "1%" to "100%"',
+        },
+        "health_metrics_port": _HIGH_PORT,
+    }
+)
+
+
 def _described(spec: dict[str, Any], text: str) -> dict[str, Any]:
     """``spec`` with its ``description``: a copy, since several keys share one spec (``_COUNT``, ``_PORT`` ...)."""
     return {**spec, "description": text}

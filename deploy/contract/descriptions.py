@@ -171,6 +171,26 @@ DESCRIPTIONS: dict[str, str] = {
     "monitoring_retention_time": "How long Prometheus keeps samples (`--storage.tsdb.retention.time`).",
     "monitoring_retention_size": "At most this much of Prometheus's data on disk, the oldest dropped first; "
         "None: no size limit.",
+    # --- Health gate ---
+    "health_gate": "A service on the monitoring host that judges every node each `health_interval_s` and takes a "
+        "sick worker out of the cluster by itself (drained, kept out across restarts and reboots), then lets it back "
+        "in once it is well. Needs `monitoring_enabled`. False removes everything of it from every host.",
+    "health_interval_s": "Seconds between the gate's rounds: each node judged from Ray, Prometheus and its host.",
+    "health_probe_interval_s": "Seconds between the functional probes: a short matmul on every node (each GPU, or "
+        "the CPU), as a Ray task pinned to the node.",
+    "health_probe_deadline_s": "Seconds a probe has to come back; one that does not fails its node.",
+    "health_probe_work": "The probe's size: this many 256x256 float32 matrix products (100 times as many on a GPU).",
+    "health_probe_fraction": "A node whose probe is slower than this fraction of its peers' median speed fails.",
+    "health_min_free_fraction": "A node with less than this fraction free on Ray's temp folder or on Docker's data "
+        "root fails.",
+    "health_fail_after": "Consecutive failed rounds that quarantine a worker; the head is reported, never "
+        "quarantined.",
+    "health_pass_after": "Consecutive passed rechecks, outside the cluster, that let a quarantined worker back in.",
+    "health_drain_timeout_s": "Seconds a quarantined node's running tasks have to finish before its ray-node is "
+        "stopped anyway.",
+    "health_max_quarantined": "The most workers out at once: a number, or a percentage of the workers (at least "
+        "1). Past it the gate reports instead of acting.",
+    "health_metrics_port": "The gate's Prometheus metrics, on the monitoring host's loopback (job `rayrig-health`).",
     # --- Post-deploy checks ---
     "checks_enabled": "Run the checks (preflight, cluster state, storage, benchmark) at the end of the deploy; "
         "the head's value counts. `rayrig check` runs them regardless.",

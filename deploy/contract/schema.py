@@ -138,6 +138,7 @@ def validate_host(name: str, data: Mapping[str, Any], host_names: Collection[str
         problems += _firewall_problems(name, merged)
         problems += _temp_dir_problems(name, merged)
         problems += _monitoring_server_problems(name, merged)
+        problems += _health_gate_problems(name, merged)
         problems += _monitoring_problems(name, merged)
         problems += _tls_problems(name, merged)
         problems += [Problem(name, *found) for found in consent.auth_problems(merged)]
@@ -448,6 +449,17 @@ def _absent_problems(merged: Mapping[str, Mapping[str, Any]]) -> list[Problem]:
     return problems
 
 
+# the health gate (deploy/monitoring/health.py)
+
+
+def _health_gate_problems(name: str, merged: Mapping[str, Any]) -> list[Problem]:
+    """The gate reads Prometheus: it needs monitoring_enabled."""
+    if merged["health_gate"] and not merged["monitoring_enabled"]:
+        expected = "false while monitoring_enabled is false (the gate reads Prometheus)"
+        return [Problem(name, "health_gate", True, expected)]
+    return []
+
+
 # monitoring (server): Prometheus and Grafana on the monitoring host
 
 
@@ -458,7 +470,7 @@ def _monitoring_server_problems(name: str, merged: Mapping[str, Any]) -> list[Pr
     taken = {port: f"ray_ports[{key!r}]" for key, port in ports.items() if key not in ("worker_min", "worker_max")}
     taken |= {port: f"monitoring_ports[{key!r}]" for key, port in merged["monitoring_ports"].items()}
     problems = []
-    for key in ("monitoring_prometheus_port", "monitoring_grafana_port"):
+    for key in ("monitoring_prometheus_port", "monitoring_grafana_port", "health_metrics_port"):
         port = merged[key]
         if port in taken:
             problems.append(Problem(name, key, port, f"a port not already used by {taken[port]}"))

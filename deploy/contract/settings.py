@@ -21,7 +21,9 @@ from typing import Any
 DEFAULTS_FILE = Path(__file__).resolve().parents[2] / "inventories" / "group_data" / "all.py"
 
 #: Data keys with these prefixes belong to rayrig; an unknown one is a typo.
-PREFIXES = ("ray_", "docker_", "base_", "nvidia_", "firewall_", "storage_", "checks_", "image_", "monitoring_")
+PREFIXES = (
+    "ray_", "docker_", "base_", "nvidia_", "firewall_", "storage_", "checks_", "image_", "monitoring_", "health_",
+)  # fmt: skip
 
 #: Dict-valued settings where a host may set only some keys (the rest keep their defaults).
 PARTIAL_DICTS = ("ray_ports", "monitoring_ports")

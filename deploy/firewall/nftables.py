@@ -256,6 +256,7 @@ def ruleset_values(
     members_all_ports: bool = True,
     member_cidrs: Iterable[str] = (),
     mirror_port: int | None = None,
+    gate_source: str | None = None,
 ) -> dict[str, Any]:
     """What ``ruleset.nft.j2`` says of one host.
 
@@ -265,6 +266,7 @@ def ruleset_values(
     the members also reach TCP 2049. ``members_all_ports``: the members reach every
     port (``firewall_members_all_ports``). The values depend only on the arguments'
     values, never on their order, so that a re-run with the same data rewrites nothing.
+    ``gate_source``: the health gate's host (``health_gate``), which reaches SSH here.
     """
     admin_cidrs, ssh_ports, members, member_cidrs = (
         list(admin_cidrs),
@@ -317,7 +319,17 @@ def ruleset_values(
         "ssh": ports_match(ssh_ports),
         "members_all_ports": members_all_ports,
         "extra_ports": ports_match(extra_tcp_ports) if port_ranges(extra_tcp_ports) else None,
+        "gate_source": _gate_element(gate_source, bool(admin_cidrs), members_all_ports),
     }
+
+
+def _gate_element(source: str | None, admins: bool, members_all_ports: bool) -> dict[str, Any] | None:
+    """The health gate's address and family, where a rule of its own is needed: SSH is not open to
+    all (``firewall_admin_cidrs``) and the members do not reach every port already."""
+    address = parse_address(source) if source else None
+    if address is None or not admins or members_all_ports:
+        return None
+    return {"family": "ip" if address.version == 4 else "ip6", "address": str(address)}
 
 
 def _open_to(
@@ -467,7 +479,16 @@ def host_ruleset(
         members_all_ports=settings["firewall_members_all_ports"],
         member_cidrs=cidrs,
         mirror_port=_mirror_port(current_host),
+        gate_source=_gate_source(current_host),
     )
+
+
+def _gate_source(current_host: Any) -> str | None:
+    """The health gate's host address, on the other hosts while ``health_gate`` is on (None elsewhere)."""
+    from deploy.monitoring.health import gate_host  # noqa: PLC0415 - the health gate imports the firewall's unit
+
+    gate = gate_host()
+    return node_address(gate) if gate is not None and gate.name != current_host.name else None
 
 
 def _mirror_port(current_host: Any) -> int | None:

@@ -186,12 +186,31 @@ def prometheus_yml(
         gpu_file=f"{TARGETS_DIR}/gpu.json",
         self_address=f"127.0.0.1:{int(settings['monitoring_prometheus_port'])}",
         self_host=self_host,
+        health_address=health_address(settings),
     )
 
 
-def rules_yml() -> str:
-    """``rules.yml``: the five alert rules (``prometheus-rules.yml``, thresholds in its header)."""
-    return Path(RULES_TEMPLATE).read_text()
+def health_address(settings: Mapping[str, Any]) -> str | None:
+    """Where Prometheus scrapes the health gate (``health_gate``): the monitoring host's loopback; None when off."""
+    return f"127.0.0.1:{int(settings['health_metrics_port'])}" if settings.get("health_gate") else None
+
+
+def rules_yml(health_gate: bool = False) -> str:
+    """``rules.yml``: the five alert rules (``prometheus-rules.yml``, thresholds in its header), and with
+    ``health_gate`` the health gate's (``NodeQuarantined``)."""
+    text = Path(RULES_TEMPLATE).read_text()
+    return text + HEALTH_RULES if health_gate else text
+
+
+#: The health gate's alert rule (health_gate), after the five.
+HEALTH_RULES = """      - alert: NodeQuarantined
+        expr: rayrig_node_quarantined == 1
+        labels:
+          severity: warning
+        annotations:
+          summary: "{{ $labels.host }} is out of the cluster: the health gate quarantined it"
+          description: "Quarantined by {{ $labels.by }}; `rayrig health` says why, `rayrig health admit` lets it back."
+"""
 
 
 def grafana_datasource_yml(settings: Mapping[str, Any]) -> str:

@@ -241,7 +241,7 @@ def _prometheus(settings: dict[str, Any], on_head: bool) -> None:
     view = members()
     config = _put(mc.PROMETHEUS_YML, mc.prometheus_yml(view, settings, ray_file=on_head, self_host=host.name),
                   "Prometheus's configuration")  # fmt: skip
-    rules = _put(mc.RULES_YML, mc.rules_yml(), "Prometheus's alert rules")
+    rules = _put(mc.RULES_YML, mc.rules_yml(settings["health_gate"]), "Prometheus's alert rules")
     for path, text in mc.target_files(view, settings).items():
         _put(path, text, f"Prometheus's targets ({path.rsplit('/', 1)[1]})")
     _data_folder(mc.PROMETHEUS_DATA, mc.PROMETHEUS_UID)

@@ -28,6 +28,7 @@ from deploy.host.base import platform
 from deploy.host.ray_image import needs_pull, runs_other_image, same_image_command, user_command
 from deploy.host.secret_files import cluster_digest_key, put_secret_file
 from deploy.monitoring import config as monitoring_config
+from deploy.monitoring import health
 from deploy.monitoring import server as monitoring_server
 from deploy.ray import auth, env_secret, gcs_store, ray_temp, tls_ca, tls_node
 from deploy.ray.cluster_token import settle_token_once
@@ -397,6 +398,10 @@ def ray_node() -> None:
     uid = user_command(image_mirror.local_name(settings["ray_image"]))
     own_files, certificate = _secrets(settings, uid)
     own_files += _folders(settings, role, uid)
+    marker = health.quarantine_marker(host)
+    if marker is not None and role == "worker":
+        host.noop(health.kept_out_message(host.name, marker))
+        return
     view = _unit(settings)
     if not view.replace:
         if not certificate:

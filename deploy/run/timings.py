@@ -54,6 +54,8 @@ DEPLOY_PHASES = {
     "Cluster membership": "Ray start",
     "Monitoring server": "monitoring",
     "Monitoring exporters": "monitoring",
+    "Health gate (on every host)": "Ray start",  # the drop-in that keeps a quarantined node stopped
+    "Health gate (the service)": "monitoring",
     "Remove the host from the cluster": "absent hosts",
 }
 # Rows in the order they print; a @deploy not named above gets a row of its own after them.

@@ -140,6 +140,20 @@ monitoring_grafana_image = (  # Grafana OSS
 monitoring_retention_time = "15d"  # Prometheus keeps samples this long (--storage.tsdb.retention.time)
 monitoring_retention_size = "10GB"  # and at most this much on disk, oldest dropped first; None: no size limit
 
+# --- Health gate (docs/design/health-gate.md) -------------------------------
+health_gate = False  # a service on monitoring_host drains a sick worker and keeps it out until it is well again
+health_interval_s = 60  # seconds between the gate's rounds: every node judged from Prometheus, Ray and its host
+health_probe_interval_s = 300  # seconds between the functional probes (a short matmul on every node, a Ray task)
+health_probe_deadline_s = 60  # a probe not back by then fails its node
+health_probe_work = 40  # the probe's size: 256x256 float32 matmuls per unit (x 100 on a GPU)
+health_probe_fraction = 0.5  # a node whose probe is slower than this fraction of its peers' median speed fails
+health_min_free_fraction = 0.05  # a node with less free space on Ray's temp folder or Docker's data root fails
+health_fail_after = 2  # consecutive failed rounds that quarantine a worker (the head is reported, never quarantined)
+health_pass_after = 3  # consecutive passed rechecks that let a quarantined worker back in
+health_drain_timeout_s = 300  # seconds a quarantined node's running tasks have to finish before it is stopped anyway
+health_max_quarantined = "25%"  # the most workers out at once (a number, or a percentage of them, at least 1)
+health_metrics_port = 9478  # the gate's Prometheus metrics on the monitoring host's loopback
+
 # --- Post-deploy checks ----------------------------------------------------
 checks_enabled = True  # run the checks (preflight, cluster state, benchmark) at the end of the deploy
 checks_mode = "auto"  # "auto": full checks only after a ray-node was created or replaced, else quick; "full"; "quick"

@@ -105,6 +105,9 @@ def test_the_corpus_reaches_every_string_key_of_the_schema():
         "monitoring_enabled", "monitoring_ports", "monitoring_prometheus_port", "monitoring_grafana",
         "monitoring_grafana_port", "checks_monitoring", "checks_monitoring_window_s",
         "ray_tls_renew_days", "ray_tls_validity_days", "ray_tls_ca_validity_days",
+        "health_gate", "health_interval_s", "health_probe_interval_s", "health_probe_deadline_s", "health_probe_work",
+        "health_probe_fraction", "health_min_free_fraction", "health_fail_after", "health_pass_after",
+        "health_drain_timeout_s", "health_metrics_port",
     }  # fmt: skip
     assert set(schema.PROPERTIES) - tops == numbers_and_flags
     # nested items, mapping values and mapping keys are slots too

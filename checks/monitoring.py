@@ -1,5 +1,6 @@
 """What Prometheus says about the cluster: every host's exporters and Ray node are up targets, and
-no GPU had an XID error, throttled, or hit an uncorrectable ECC error in the window.
+no GPU had an XID error, throttled, hit an uncorrectable ECC error, ran hot or lost an NVLink in the
+window.
 
 Prometheus listens on 127.0.0.1 of the monitoring host (``monitoring_host``, the head by default,
 port ``monitoring_prometheus_port``), so the reading runs there: ``python -m checks.monitoring
@@ -25,12 +26,29 @@ bounded by ``timeout_s`` (and Prometheus's own ``timeout`` parameter on queries)
     HW power brake slowdown or SW thermal slowdown was active; FAIL for a HW one in half the
     window or more, else WARN (SW thermal: WARN);
   - ``DCGM_FI_DEV_ECC_DBE_VOL_TOTAL`` (uncorrectable ECC errors) or
-    ``DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS`` rising, ``DCGM_FI_DEV_ROW_REMAP_FAILURE`` above 0: FAIL.
+    ``DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS`` rising, ``DCGM_FI_DEV_ROW_REMAP_FAILURE`` above 0: FAIL;
+  - ``DCGM_FI_DEV_GPU_TEMP`` at or above the GPU's own ``DCGM_FI_DEV_SLOWDOWN_TEMP`` (joined on
+    ``instance`` and ``gpu``; a slowdown temperature of 0, not reported, is left out) in more than
+    half the window: FAIL;
+  - NVLink down in more than half the window: FAIL. Read from ``DCGM_EXP_GPU_HEALTH_STATUS``, the
+    exporter's view of DCGM's health watches (one series per GPU and watch, labels ``health_watch``
+    and ``health_error_code``, 20 for FAIL; in the exporter since 4.0): ``health_watch="NVLINK"``
+    with ``health_error_code="DCGM_FR_NVLINK_DOWN"``. DCGM's NVLink watch reads every link's state
+    as ``dcgmi nvlink -s`` shows it and fails when one is down (disabled and unsupported links, and
+    GPUs in MIG mode, left out; NVIDIA/DCGM ``modules/health/DcgmHealthWatch.cpp``,
+    ``MonitorNVLinkStatus``). Not the per-link ``DCGM_FI_DEV_NVLINK_GET_STATE``: it needs DCGM 4.5,
+    and an exporter that does not know a field of its counters file does not start; not
+    ``DCGM_FI_DEV_NVLINK_P2P_STATUS``: whether P2P is supported, not whether a link is up. DCGM
+    also reports every link of a PCIe GPU without a bridge as down (NVIDIA/NVSentinel#1481): a GPU
+    is flagged only where a GPU of its model, itself included, showed its links up in the window.
 
-  The levels are :mod:`checks.gpu_health`'s: its XID table, its rule for clock event reasons
-  under load (:func:`checks.gpu_health.load_findings`), its ECC and row-remapping findings. The
-  clock event reasons and the ECC totals are not among the DCGM exporter's default counters: a
-  metric no GPU exporter exports is one INFO saying what was not read.
+  The shares of the window are ``avg_over_time`` over a subquery (:func:`step`), NVLink's the share
+  of the window's scrapes (the watch's series is another one while it fails). The levels are
+  :mod:`checks.gpu_health`'s: its XID table, its rule for clock event reasons under load
+  (:func:`checks.gpu_health.load_findings`), its ECC and row-remapping findings. The clock event
+  reasons, the ECC totals, the slowdown temperature and the health watches are not among the DCGM
+  exporter's default counters (rayrig's ``deploy/monitoring/dcgm-counters.csv`` adds them): a
+  metric no GPU exporter exports for XID, throttling or ECC is one INFO saying what was not read.
 
 The program prints one ``RESULT {json}`` line: the report's ``"monitoring"`` section
 (``prometheus``, ``host``, ``window_s``, ``targets``, ``exported``, ``findings``, ``error``);
@@ -69,7 +87,6 @@ WHAT = {NODE: "node exporter", GPU: "GPU exporter", RAY: "Ray node metrics"}
 REQUEST_TIMEOUT_S = 10  # one request to Prometheus, connecting included
 WAIT_S = 60  # how long targets not scraped yet, missing or down are asked for again
 POLL_S = 5
-STEP = "30s"  # the clock event reasons' subquery resolution
 RESULT = "RESULT "
 REQUESTS = 9  # the most requests after the targets: the metrics exported, then one per finding
 
@@ -79,6 +96,14 @@ SOURCE_TARGETS = "Prometheus's last scrape of the target (/api/v1/targets)"
 SOURCE_XID = f"{gpu_health.SOURCE_XID}; DCGM_FI_DEV_XID_ERRORS in Prometheus"
 SOURCE_THROTTLE = "NVIDIA: clock event reasons (nvml.h), the DCGM exporter's {metric} in Prometheus"
 SOURCE_ECC = "NVIDIA: uncorrectable ECC errors and row remapping, the DCGM exporter's {metric} in Prometheus"
+SOURCE_HOT = (
+    "NVIDIA: the GPU's slowdown temperature, the DCGM exporter's DCGM_FI_DEV_GPU_TEMP and "
+    "DCGM_FI_DEV_SLOWDOWN_TEMP in Prometheus"
+)
+SOURCE_NVLINK = (
+    "NVIDIA DCGM: its NVLink health watch (DCGM_FR_NVLINK_DOWN, as dcgmi nvlink -s shows the links), "
+    "the DCGM exporter's DCGM_EXP_GPU_HEALTH_STATUS in Prometheus"
+)
 
 # What to look at when a host's target is missing or down, by job.
 MISSING_HINT = {
@@ -99,7 +124,13 @@ CLOCK_REASONS = ("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", "DCGM_FI_DEV_CLOCK_THROTTLE
 ECC_DBE = "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"
 REMAPPED = "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS"
 REMAP_FAILED = "DCGM_FI_DEV_ROW_REMAP_FAILURE"
-METRICS = (XID, *CLOCK_REASONS, ECC_DBE, REMAPPED, REMAP_FAILED)
+GPU_TEMP, SLOWDOWN_TEMP = "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_SLOWDOWN_TEMP"
+HEALTH = "DCGM_EXP_GPU_HEALTH_STATUS"
+METRICS = (XID, *CLOCK_REASONS, ECC_DBE, REMAPPED, REMAP_FAILED, GPU_TEMP, SLOWDOWN_TEMP, HEALTH)
+NVLINK_DOWN = "DCGM_FR_NVLINK_DOWN"  # the NVLink watch's failure when a link is down (dcgm_errors.h)
+MOST = 0.5  # "most of the window": a larger share than this
+# The labels that name a GPU in the health watches' series, kept through their aggregation.
+GPU_LABELS = "instance, host, Hostname, gpu, UUID, modelName"
 # NVML's clock event reason bits (nvml.h, nvmlClocksEventReason*) the checks flag, as gpu_health names them;
 # the SW power cap is left out: a GPU under a sustained load holding its power limit is expected.
 CLOCK_BITS = {"hw_slowdown": 0x8, "sw_thermal_slowdown": 0x20, "hw_thermal_slowdown": 0x40,
@@ -195,10 +226,13 @@ def active_targets(url: str, timeout_s: float) -> list[dict[str, Any]]:
     return list((data or {}).get("activeTargets") or [])
 
 
-def query(url: str, expr: str, timeout_s: float) -> list[dict[str, Any]]:
-    """The series of an instant query (``/api/v1/query``): ``[{"metric": {...}, "value": [t, "v"]}]``."""
-    params = urllib.parse.urlencode({"query": expr, "timeout": f"{timeout_s:g}s"})
-    data = get(f"{url}/api/v1/query?{params}", timeout_s)
+def query(url: str, expr: str, timeout_s: float, at: float | None = None) -> list[dict[str, Any]]:
+    """The series of an instant query (``/api/v1/query``): ``[{"metric": {...}, "value": [t, "v"]}]``;
+    evaluated at ``at`` (Unix seconds, Prometheus's ``time``), else now."""
+    params = {"query": expr, "timeout": f"{timeout_s:g}s"}
+    if at is not None:
+        params["time"] = f"{at:.3f}"
+    data = get(f"{url}/api/v1/query?{urllib.parse.urlencode(params)}", timeout_s)
     if not isinstance(data, dict) or data.get("resultType") != "vector":
         raise PrometheusError(f"an instant vector expected for {expr!r}, got {data!r}")
     return list(data.get("result") or [])
@@ -290,9 +324,15 @@ def span(seconds: float) -> str:
     return f"{seconds} s"
 
 
+def step(window_s: int) -> str:
+    """The subqueries' resolution: the scrape interval (15 s) in a window under 10 min, else 30 s."""
+    return "15s" if window_s < 600 else "30s"
+
+
 def gpu_queries(exported: Iterable[str], window_s: int) -> dict[str, tuple[str, str]]:
     """The queries of the GPU findings whose metric is exported: ``{kind: (metric, PromQL)}``."""
     window = f"{int(window_s)}s"
+    subquery = f"[{window}:{step(window_s)}]"
     exported = set(exported)
     queries: dict[str, tuple[str, str]] = {}
     if XID in exported:
@@ -304,7 +344,7 @@ def gpu_queries(exported: Iterable[str], window_s: int) -> dict[str, tuple[str, 
     reasons_metric = next((m for m in CLOCK_REASONS if m in exported), None)
     if reasons_metric:
         bits = [
-            f'label_replace(avg_over_time((floor({reasons_metric}{{job="gpu"}} / {bit}) % 2)[{window}:{STEP}]) > 0, '
+            f'label_replace(avg_over_time((floor({reasons_metric}{{job="gpu"}} / {bit}) % 2){subquery}) > 0, '
             f'"reason", "{name}", "", "")'
             for name, bit in CLOCK_BITS.items()
         ]
@@ -313,6 +353,22 @@ def gpu_queries(exported: Iterable[str], window_s: int) -> dict[str, tuple[str, 
                                    ("remap_failed", REMAP_FAILED, "max_over_time")):  # fmt: skip
         if metric in exported:
             queries[kind] = (metric, f'{function}({metric}{{job="gpu"}}[{window}]) > 0')
+    if GPU_TEMP in exported and SLOWDOWN_TEMP in exported:
+        # 1 while at or above the slowdown temperature, 0 below it; the right side aggregated, so that a
+        # series renamed by a changed label (a new driver version) cannot make the match ambiguous.
+        hot = (f'{GPU_TEMP}{{job="gpu"}} >= bool on(instance, gpu) group_left '
+               f'max by (instance, gpu) ({SLOWDOWN_TEMP}{{job="gpu"}} > 0)')  # fmt: skip
+        queries["hot"] = (GPU_TEMP, f"avg_over_time(({hot}){subquery}) > {MOST}")
+    if HEALTH in exported:
+        # Every scrape shows one series of a GPU's NVLink watch, another one (health_error_code) while a link is
+        # down: the share of its scrapes in the window that said so. Only where a GPU of the same model, itself
+        # included, showed its links up in the window: a PCIe GPU without a bridge never does.
+        watch = 'job="gpu", health_watch="NVLINK", health_error_code'
+        down, up = f'{HEALTH}{{{watch}="{NVLINK_DOWN}"}}', f'{HEALTH}{{{watch}!="{NVLINK_DOWN}"}}'
+        scrapes = f'sum by ({GPU_LABELS}) (count_over_time({HEALTH}{{job="gpu", health_watch="NVLINK"}}[{window}]))'
+        share = f"sum by ({GPU_LABELS}) (count_over_time({down}[{window}])) / {scrapes}"
+        peers = f"group by (modelName) (count_over_time({up}[{window}]))"
+        queries["nvlink_down"] = (HEALTH, f"{share} > {MOST} and on(modelName) {peers}")
     return queries
 
 
@@ -359,6 +415,12 @@ def gpu_reasons(series: Mapping[str, Sequence[Mapping[str, Any]]], metrics: Mapp
                 message = f"{where}: {text} in {value:.0%} of the last {window}"
                 reasons.append(Reason(level, message, host=host, device=device,
                                       source=SOURCE_THROTTLE.format(metric=metric)))  # fmt: skip
+            elif kind == "hot":
+                message = f"{where}: at or above its slowdown temperature in {value:.0%} of the last {window}"
+                reasons.append(Reason(FAIL, message, host=host, device=device, source=SOURCE_HOT))
+            elif kind == "nvlink_down":
+                message = f"{where}: NVLink down in {value:.0%} of the last {window} (dcgmi nvlink -s there says which)"
+                reasons.append(Reason(FAIL, message, host=host, device=device, source=SOURCE_NVLINK))
             else:
                 text = {
                     "ecc": f"{max(1, round(value))} uncorrectable (double-bit) ECC error(s) in the last {window}",

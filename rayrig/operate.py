@@ -11,21 +11,30 @@ and none is ever read here. :func:`build_status` turns the answers into one repo
     report = build_status(inventory, answers, latest_report(...))
     report["ok"]   # every inventory host an alive Ray node
 
+The probe also reads the health gate's quarantine marker (:data:`QUARANTINE_MARKER`, see
+docs/design/health-gate.md): a quarantined member makes ``report["ok"]`` false, and
+``report["quarantined"]`` names it.
+
 The other commands' remote command lines are built here too (:func:`exec_command`,
-:func:`journal_command`, :func:`ray_logs_command`), every word quoted with ``shlex``.
+:func:`journal_command`, :func:`ray_logs_command`, and for ``rayrig health`` :func:`health_node_command`
+and :func:`read_file_command`), every word quoted with ``shlex``.
 """
 
 from __future__ import annotations
 
+import json
 import shlex
 import subprocess
+import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from checks.health_node import MARKER
 from checks.quick import quick_command, quick_reasons, result_of
 from checks.verdict import INFO
+from deploy.monitoring import health as health_files
 from deploy.ray.ray_temp import CONTAINER_PATH
 from rayrig.inventory import EXIT_FAILURE, Host, Inventory, OperateError, ssh_argv, unreachable
 
@@ -37,11 +46,24 @@ RAY_LOGS = f"{CONTAINER_PATH}/session_latest/logs"
 NODE_LOG_FILES = ("raylet.out", "raylet.err")
 HEAD_LOG_FILES = ("gcs_server.out", "gcs_server.err")
 
-#: One SSH command per host for ``rayrig status``; $1 the container (and unit) name, $2 "sudo" or "".
-#: Prints ``UNIT state``, ``CONTAINER state`` (``absent`` when there is none), ``RAY_VERSION v``
-#: for a running container, and ``ERROR line`` when Docker could not be asked.
+#: The health gate's files (docs/design/health-gate.md), where the deploy puts them: on every host the
+#: quarantine marker (JSON: since, by, reason, findings; while it is there the ray-node unit does not
+#: start) and the command the gate runs there; on the monitoring host every host's state and the timeline.
+QUARANTINE_MARKER = MARKER
+HEALTH_NODE = health_files.NODE_COMMAND
+HEALTH_STATE = health_files.STATE_FILE
+HEALTH_EVENTS = health_files.EVENTS_FILE
+#: :func:`read_file_command`'s exit status when the file does not exist.
+ABSENT = 3
+#: Who quarantined a host (the marker's ``by``), in words.
+WHO = {"gate": "the health gate", "operator": "an operator"}
+
+#: One SSH command per host for ``rayrig status``; $1 the container (and unit) name, $2 "sudo" or "",
+#: $3 the quarantine marker. Prints ``UNIT state``, ``CONTAINER state`` (``absent`` when there is none),
+#: ``RAY_VERSION v`` for a running container, ``ERROR line`` when Docker could not be asked, and
+#: ``QUARANTINE json`` (the marker on one line; empty when unreadable) while the host is quarantined.
 PROBE_SCRIPT = r"""
-c=$1 root=$2
+c=$1 root=$2 marker=$3
 as_root() { if [ -n "$root" ]; then sudo -n "$@"; else "$@"; fi; }
 echo "UNIT $(systemctl is-active "$c" 2>/dev/null || true)"
 if out=$(as_root docker inspect --format '{{.State.Status}}' "$c" 2>&1); then
@@ -55,6 +77,9 @@ fi
 if [ "$out" = running ]; then
   v=$(as_root docker exec "$c" python -c 'import importlib.metadata as m; print(m.version("ray"))' 2>/dev/null)
   echo "RAY_VERSION ${v:-unknown}"
+fi
+if as_root test -e "$marker"; then
+  printf 'QUARANTINE %s\n' "$(as_root cat -- "$marker" 2>/dev/null | tr '\n' ' ')"
 fi
 """
 
@@ -113,7 +138,8 @@ def run_all(jobs: Mapping[str, tuple[Host, str]], timeout: float | None) -> dict
 
 def probe_command(host: Host) -> str:
     """The command that prints the host's unit, container and Ray version (:data:`PROBE_SCRIPT`)."""
-    return shlex.join(["bash", "-c", PROBE_SCRIPT, "_", host.container, "sudo" if host.as_root else ""])
+    root = "sudo" if host.as_root else ""
+    return shlex.join(["bash", "-c", PROBE_SCRIPT, "_", host.container, root, QUARANTINE_MARKER])
 
 
 def cluster_command(head: Host, expected: Sequence[str]) -> str:
@@ -163,6 +189,25 @@ def ray_logs_command(host: Host, lines: int, follow: bool) -> str:
     return shlex.join([*host.as_root, "docker", "exec", host.container, *tail])
 
 
+def health_node_command(host: Host, verb: str, *options: str) -> str:
+    """The health gate's command on the host, as root: ``rayrig-health-node VERB OPTIONS...``, such as
+    ``sudo -n /usr/local/libexec/rayrig-health-node admit --container ray-node``."""
+    return shlex.join([*host.as_root, HEALTH_NODE, verb, *options])
+
+
+def read_file_command(host: Host, path: str) -> str:
+    """The command that prints the file ``path`` of the host, read as root; exit status :data:`ABSENT`
+    when there is no such file (the folder may be root's alone, so the test runs as root too)."""
+    script = f'[ -e "$1" ] || exit {ABSENT}; exec cat -- "$1"'
+    return shlex.join([*host.as_root, "sh", "-c", script, "_", path])
+
+
+def monitoring_host(inventory: Inventory) -> Host:
+    """The host that runs the cluster's monitoring and the health gate: ``monitoring_host`` (a host's
+    name or address), the head when None; found as ``rayrig dashboard`` finds it."""
+    return inventory.pick(inventory.head.settings["monitoring_host"])
+
+
 # --- rayrig status -----------------------------------------------------------------------------
 
 
@@ -190,13 +235,41 @@ def ask_cluster(inventory: Inventory, timeout: float) -> Answers:
 
 
 def parse_probe(answer: Answer) -> dict[str, str]:
-    """``{"unit", "container", "ray_version", "error"}`` from a probe's lines (``KEY value``)."""
+    """``{"unit", "container", "ray_version", "error", "quarantine"}`` from a probe's lines (``KEY value``)."""
     found: dict[str, str] = {}
     for line in answer.stdout.splitlines():
         key, _, value = line.partition(" ")
-        if key in ("UNIT", "CONTAINER", "RAY_VERSION", "ERROR"):
+        if key in ("UNIT", "CONTAINER", "RAY_VERSION", "ERROR", "QUARANTINE"):
             found[key.lower()] = value.strip()
     return found
+
+
+def parse_quarantine(marker: str | None) -> dict[str, Any]:
+    """A host's ``"health"`` from its quarantine marker's text (None: no marker):
+    ``{"status": "ok"|"quarantined", "since", "by", "reason"}``.
+
+    A marker that is not JSON still means quarantined (the unit stays stopped while it is there).
+
+    >>> parse_quarantine('{"since": 1764583200, "by": "gate", "reason": "probe: missed its deadline"}')["by"]
+    'gate'
+    """
+    if marker is None:
+        return {"status": "ok", "since": None, "by": None, "reason": None}
+    try:
+        data = json.loads(marker)
+    except ValueError:
+        data = None
+    if not isinstance(data, dict):
+        return {"status": "quarantined", "since": None, "by": None,
+                "reason": f"its marker {QUARANTINE_MARKER} is not a JSON object"}  # fmt: skip
+    since = data.get("since")
+    by, reason = data.get("by"), data.get("reason")
+    return {
+        "status": "quarantined",
+        "since": since if isinstance(since, (int, float)) and not isinstance(since, bool) else None,
+        "by": by if isinstance(by, str) and by else None,
+        "reason": reason if isinstance(reason, str) and reason else None,
+    }
 
 
 def declared(host: Host) -> dict[str, Any]:
@@ -257,6 +330,9 @@ def _host_part(host: Host, answer: Answer | None, nodes: Mapping[str, Any], inve
         error = unreachable(host, inventory, answer.last_words or "no message")
     elif answer is not None and answer.status != 0 and not probe:
         error = f"the probe failed with exit status {answer.status} ({answer.last_words or 'no message'})"
+    health = parse_quarantine(probe.get("quarantine"))
+    if not probe:  # the probe did not run there: the marker is not known
+        health = {**health, "status": "unknown"}
     return {
         "name": host.name,
         "address": host.address,
@@ -271,27 +347,31 @@ def _host_part(host: Host, answer: Answer | None, nodes: Mapping[str, Any], inve
         "alive": node is not None,
         "reached": answer is not None and answer.reached,
         "error": error,
+        "health": health,
     }
 
 
 def build_status(inventory: Inventory, answers: Answers, checks: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The report of ``rayrig status``: ``{"hosts", "cluster", "checks", "ok", "not_alive"}``.
+    """The report of ``rayrig status``: ``{"hosts", "cluster", "checks", "ok", "not_alive", "quarantined"}``.
 
     ``answers``: :func:`ask_cluster`'s; ``checks``: :func:`checks.report.latest_report`'s.
-    ``ok`` when every member (a host not marked ``ray_state = "absent"``) is an alive Ray node;
-    ``not_alive`` names the members that are not.
+    ``ok`` when every member (a host not marked ``ray_state = "absent"``) is an alive Ray node and
+    none is quarantined by the health gate; ``not_alive`` and ``quarantined`` name the members that
+    are not alive, and those quarantined (each host's ``"health"`` says since when, by whom, why).
     """
     cluster, nodes = _cluster_part(inventory, answers.cluster)
     ray_status = answers.ray_status
     cluster["ray_status"] = ray_status.stdout.rstrip() if ray_status is not None and ray_status.status == 0 else None
     hosts = [_host_part(h, answers.hosts.get(h.name), nodes, inventory.path) for h in inventory.hosts]
     not_alive = [h["name"] for h in hosts if h["member"] and not h["alive"]]
+    quarantined = [h["name"] for h in hosts if h["member"] and h["health"]["status"] == "quarantined"]
     return {
         "hosts": hosts,
         "cluster": cluster,
         "checks": dict(checks) if checks else {"verdict": None, "report": None, "plot": None},
-        "ok": not not_alive,
+        "ok": not not_alive and not quarantined,
         "not_alive": not_alive,
+        "quarantined": quarantined,
     }
 
 
@@ -299,12 +379,31 @@ def why_not_alive(host: Mapping[str, Any]) -> str:
     """A short reason a member is not an alive node, from what its host said."""
     if not host["reached"]:
         return "unreachable over SSH"
+    if host["health"]["status"] == "quarantined":
+        return f"quarantined by {WHO.get(host['health']['by'], 'the health gate or an operator')}"
     if host["error"]:
         return host["error"]
     said = [f"{part} {host[part]}" for part in ("unit", "container") if host[part]]
     return ", ".join(said) or "no answer"
 
 
+def local_time(epoch: float) -> str:
+    """``2026-12-01 10:00:00``: the moment ``epoch`` (seconds) in this machine's time zone."""
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(epoch))
+
+
+def shorten(text: str, width: int) -> str:
+    """``text`` on one line in at most ``width`` characters: cut at a word's end when one is near, then ``…``."""
+    text = " ".join(text.split())
+    if len(text) <= width:
+        return text
+    cut = text[: width - 1]
+    blank = cut.rfind(" ")
+    if blank > width // 2:
+        cut = cut[:blank]
+    return cut.rstrip(" ,;:.") + "…"
+
+
 def exit_status(report: Mapping[str, Any]) -> int:
-    """0 when every member is an alive node, else 1."""
+    """0 when every member is an alive node and none is quarantined, else 1."""
     return 0 if report["ok"] else EXIT_FAILURE

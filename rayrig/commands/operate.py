@@ -1,6 +1,6 @@
 """Day to day on a running cluster, from any inventory: ``rayrig status``, ``ssh``, ``exec``, ``logs``.
 
-    rayrig status inventories/lab.py [--json]         # every host an alive Ray node? (exit 0, else 1)
+    rayrig status inventories/lab.py [--json]         # every host an alive Ray node, none quarantined? (0, else 1)
     rayrig ssh inventories/lab.py [HOST]              # a shell on the head (or HOST)
     rayrig exec inventories/lab.py [--host H | --all] [--on-host] -- ray --version
     rayrig logs inventories/lab.py [HOST] [-f] [--ray] [-n N]
@@ -30,6 +30,7 @@ from rayrig.inventory import Host, Inventory, OperateError, load_inventory, ssh_
 
 HOST_HELP = "an inventory host (its name or address; default: the head)"
 STATUS_TIMEOUT_S = 45  # how long one host (and the head's cluster state) may take to answer ``status``
+REASON_WIDTH = 60  # the most of a quarantine's reason the status table shows (--json has all of it)
 
 
 # --- rayrig status -----------------------------------------------------------------------------
@@ -58,8 +59,32 @@ def _resources(host: Mapping[str, Any]) -> str:
     return ", ".join(cells)
 
 
+def _health(host: Mapping[str, Any]) -> str:
+    """``ok``, ``?`` (the host did not say), or ``quarantined since <local time> by <gate|operator>: <reason>``."""
+    health = host["health"]
+    if health["status"] != "quarantined":
+        return "ok" if health["status"] == "ok" else "?"
+    since = f" since {operate.local_time(health['since'])}" if health["since"] is not None else ""
+    by = f" by {health['by']}" if health["by"] else ""
+    reason = f": {operate.shorten(health['reason'], REASON_WIDTH)}" if health["reason"] else ""
+    return f"quarantined{since}{by}{reason}"
+
+
+def _quarantine_line(inventory: Inventory, report: Mapping[str, Any]) -> str:
+    """The line under the table that names the quarantined members and how to let one back in."""
+    by_name = {h["name"]: h for h in report["hosts"]}
+    named = ", ".join(f"{n} (by {by_name[n]['health']['by'] or '?'})" for n in report["quarantined"])
+    one = len(report["quarantined"]) == 1
+    return (
+        f"Quarantined, kept out of the cluster: {named}. Let {'it' if one else 'one'} back in: "
+        f"rayrig health admit {inventory.path} {report['quarantined'][0] if one else 'HOST'} "
+        f"(why and since when: rayrig health {inventory.path})"
+    )
+
+
 def render_status(inventory: Inventory, report: Mapping[str, Any]) -> str:
-    """``rayrig status``'s text: a line on the cluster, a row per host, Ray's own status, the checks."""
+    """``rayrig status``'s text: a line on the cluster, a row per host, the quarantined hosts, Ray's own
+    status, the checks."""
     cluster = report["cluster"]
     members = [h for h in report["hosts"] if h["member"]]
     alive = sum(h["alive"] for h in members)
@@ -74,11 +99,14 @@ def render_status(inventory: Inventory, report: Mapping[str, Any]) -> str:
             h["ray_version"] or "-",
             "yes" if h["alive"] else "no",
             _resources(h),
+            _health(h),
         ]
         for h in report["hosts"]
     ]
-    headers = ["HOST", "ROLE", "UNIT", "CONTAINER", "RAY", "ALIVE", "RESOURCES (registered/declared)"]
+    headers = ["HOST", "ROLE", "UNIT", "CONTAINER", "RAY", "ALIVE", "RESOURCES (registered/declared)", "HEALTH"]
     lines.append(format_table(headers, rows))
+    if report["quarantined"]:
+        lines.append(_quarantine_line(inventory, report))
     errors = [f"  - {h['name']}: {h['error']}" for h in report["hosts"] if h["error"]]
     if cluster["error"]:
         errors.insert(0, f"  - the cluster: {cluster['error']}")
@@ -97,10 +125,16 @@ def render_status(inventory: Inventory, report: Mapping[str, Any]) -> str:
         lines.append(f"==> last checks: none on this machine yet (rayrig check {inventory.path})")
     if report["ok"]:
         lines.append(f"OK: every host of {inventory.path} is an alive Ray node")
-    else:
-        by_name = {h["name"]: h for h in report["hosts"]}
+        return "\n".join(lines)
+    by_name = {h["name"]: h for h in report["hosts"]}
+    said = []
+    if report["not_alive"]:
         named = "; ".join(f"{n} ({operate.why_not_alive(by_name[n])})" for n in report["not_alive"])
-        lines.append(f"NOT OK: not alive Ray nodes: {named}")
+        said.append(f"not alive Ray nodes: {named}")
+    draining = [n for n in report["quarantined"] if n not in report["not_alive"]]
+    if draining:  # still alive, until its drain ends
+        said.append(f"quarantined, still draining: {', '.join(draining)}")
+    lines.append("NOT OK: " + ". ".join([said[0], *(part[0].upper() + part[1:] for part in said[1:])]))
     return "\n".join(lines)
 
 
@@ -255,7 +289,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     host_help = HOST_HELP
 
     status = subparsers.add_parser(
-        "status", help="every host's ray-node, the cluster as Ray sees it, the last checks (exit 1: a node is down)"
+        "status",
+        help="every host's ray-node, the cluster as Ray sees it, the last checks "
+        "(exit 1: a node is down or quarantined)",
     )
     status.add_argument("inventory", help=inventory_help)
     status.add_argument("--json", action="store_true", help="print one JSON object instead of text")

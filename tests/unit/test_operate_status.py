@@ -12,6 +12,7 @@ import json
 import os
 import shlex
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -34,9 +35,28 @@ def cluster_answer(*nodes: dict) -> Answer:
     return Answer(0, "2026-12-01 WARNING something Ray says\nRESULT " + json.dumps(state) + "\n")
 
 
-def probe(unit: str = "active", container: str = "running", version: str | None = "2.60.0") -> Answer:
+def probe(
+    unit: str = "active", container: str = "running", version: str | None = "2.60.0", quarantine: str | None = None
+) -> Answer:
     lines = [f"UNIT {unit}", f"CONTAINER {container}"] + ([f"RAY_VERSION {version}"] if version else [])
+    lines += [f"QUARANTINE {quarantine}"] if quarantine is not None else []
     return Answer(0, "\n".join(lines) + "\n")
+
+
+#: 2026-12-01 09:40:00 UTC, when the gate quarantined a worker.
+SINCE = 1796118000
+MARKER = json.dumps({"since": SINCE, "by": "gate", "reason": "probe: missed its deadline of 60 s",
+                     "findings": [{"level": "FAIL", "message": "probe: missed its deadline of 60 s"}]})  # fmt: skip
+
+
+@pytest.fixture
+def utc(monkeypatch):
+    """This process in UTC, so that local times read the same on every machine."""
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
 
 
 def lab_inventory(**extra_data):
@@ -122,8 +142,9 @@ def test_the_text_shows_registered_next_to_declared_and_the_problems_of_alive_no
     inventory = lab_inventory()
     text = render_status(inventory, operate.build_status(inventory, answers(recorded), None)).splitlines()
     rows = {line.split()[0]: line for line in text if line.startswith("192.0.2.")}
-    assert rows[HEAD].endswith("yes    CPU 1/2, GPU 0/0, lab-1 1/1")  # Ray lists no GPU it has none of
-    assert rows[W1].endswith("no     CPU -/2, GPU -/0, lab-2 -/1")
+    assert rows[HEAD].endswith("yes    CPU 1/2, GPU 0/0, lab-1 1/1      ok")  # Ray lists no GPU it has none of
+    assert rows[W1].endswith("no     CPU -/2, GPU -/0, lab-2 -/1      ok")
+    assert text[1].split()[-1] == "HEALTH"
     assert f"  - {HEAD}: ray_num_cpus = 2 but its Ray node has 1 CPU" in text
     assert not any(line.startswith(f"  - {W1}:") for line in text)  # the last line names it
     assert text[-2] == "==> last checks: none on this machine yet (rayrig check inventories/lab.py)"
@@ -168,6 +189,103 @@ def test_a_host_leaving_the_cluster_is_listed_but_not_required_alive():
     assert [(h["name"], h["member"], h["alive"]) for h in report["hosts"]] == [(HEAD, True, True), (W1, False, False)]
 
 
+def test_every_reached_host_says_whether_it_is_quarantined_and_an_unreached_one_is_unknown():
+    recorded = {**HEALTHY, W2: Answer(255, "", "ssh: connect to host 192.0.2.12 port 22: Connection refused\n")}
+    report = operate.build_status(lab_inventory(), answers(recorded), None)
+    assert [h["health"] for h in report["hosts"]] == [
+        {"status": "ok", "since": None, "by": None, "reason": None},
+        {"status": "ok", "since": None, "by": None, "reason": None},
+        {"status": "unknown", "since": None, "by": None, "reason": None},
+    ]
+    assert report["quarantined"] == []
+
+
+def test_a_quarantined_worker_is_named_with_since_by_and_why_and_status_exits_1():
+    recorded = {
+        **HEALTHY,
+        W1: probe(unit="inactive", container="exited", version=None, quarantine=MARKER),
+        "cluster": cluster_answer(node(HEAD, **{"lab-1": 1.0}), node(W2, **{"lab-3": 1.0})),
+    }
+    report = operate.build_status(lab_inventory(), answers(recorded), None)
+    worker = report["hosts"][1]
+    assert worker["health"] == {
+        "status": "quarantined", "since": SINCE, "by": "gate", "reason": "probe: missed its deadline of 60 s"
+    }  # fmt: skip
+    assert report["quarantined"] == [W1] and report["not_alive"] == [W1]
+    assert operate.why_not_alive(worker) == "quarantined by the health gate"
+    assert report["ok"] is False and operate.exit_status(report) == 1
+    json.dumps(report)
+
+
+def test_a_quarantined_member_still_alive_while_it_drains_makes_status_not_ok():
+    marker = json.dumps({"since": SINCE, "by": "operator", "reason": "fans failing"})
+    report = operate.build_status(lab_inventory(), answers({**HEALTHY, W2: probe(quarantine=marker)}), None)
+    assert report["not_alive"] == [] and report["quarantined"] == [W2]
+    assert report["ok"] is False and operate.exit_status(report) == 1
+
+
+@pytest.mark.parametrize(
+    ("marker", "health"),
+    [
+        ("", {"status": "quarantined", "since": None, "by": None,
+              "reason": "its marker /var/lib/rayrig/health/quarantined is not a JSON object"}),
+        ("[1, 2]", {"status": "quarantined", "since": None, "by": None,
+                    "reason": "its marker /var/lib/rayrig/health/quarantined is not a JSON object"}),
+        ('{"since": "yesterday", "by": "", "reason": 3}', {"status": "quarantined", "since": None, "by": None,
+                                                           "reason": None}),
+        ('{ "since": 1.5,  "by": "operator",  "reason": "x" } ', {"status": "quarantined", "since": 1.5,
+                                                                  "by": "operator", "reason": "x"}),
+    ],
+)  # fmt: skip
+def test_a_marker_that_cannot_be_read_still_means_quarantined(marker, health):
+    assert operate.parse_quarantine(marker) == health
+
+
+def test_the_text_shows_the_quarantine_in_the_health_column_and_how_to_let_the_host_back_in(utc):
+    reason = "GPU 0: Xid 79 (the GPU has fallen off the bus), and 3 more findings of the same round on this host"
+    marker = json.dumps({"since": SINCE, "by": "gate", "reason": reason})
+    recorded = {
+        **HEALTHY,
+        W1: probe(unit="inactive", container="exited", version=None, quarantine=marker),
+        "cluster": cluster_answer(node(HEAD, **{"lab-1": 1.0}), node(W2, **{"lab-3": 1.0})),
+    }
+    inventory = lab_inventory()
+    text = render_status(inventory, operate.build_status(inventory, answers(recorded), None)).splitlines()
+    rows = {line.split()[0]: line for line in text if line.startswith("192.0.2.")}
+    assert rows[W1].endswith(
+        "quarantined since 2026-12-01 09:40:00 by gate: GPU 0: Xid 79 (the GPU has fallen off the bus), and 3 more…"
+    )
+    assert rows[HEAD].endswith("  ok") and rows[W2].endswith("  ok")
+    assert text[6] == (  # under the table
+        f"Quarantined, kept out of the cluster: {W1} (by gate). Let it back in: rayrig health admit "
+        f"inventories/lab.py {W1} (why and since when: rayrig health inventories/lab.py)"
+    )
+    assert text[-1] == f"NOT OK: not alive Ray nodes: {W1} (quarantined by the health gate)"
+
+
+def test_the_text_names_a_quarantined_node_that_is_still_draining_and_one_line_for_several(utc):
+    marker = json.dumps({"since": SINCE, "by": "operator", "reason": "fans failing"})
+    recorded = {
+        **HEALTHY,
+        W1: probe(unit="inactive", container="exited", version=None, quarantine=marker),
+        W2: probe(quarantine=marker),
+        "cluster": cluster_answer(node(HEAD, **{"lab-1": 1.0}), node(W2, **{"lab-3": 1.0})),
+    }
+    inventory = lab_inventory()
+    text = render_status(inventory, operate.build_status(inventory, answers(recorded), None)).splitlines()
+    assert text[6].startswith(f"Quarantined, kept out of the cluster: {W1} (by operator), {W2} (by operator). "
+                              "Let one back in: rayrig health admit inventories/lab.py HOST")  # fmt: skip
+    assert text[-1] == (
+        f"NOT OK: not alive Ray nodes: {W1} (quarantined by an operator). Quarantined, still draining: {W2}"
+    )
+
+
+def test_long_reasons_are_cut_at_a_words_end_and_words_without_blanks_anywhere():
+    assert operate.shorten("fans  failing\n on the left", 60) == "fans failing on the left"
+    assert operate.shorten("one two three four five", 16) == "one two three…"
+    assert operate.shorten("x" * 100, 10) == "xxxxxxxxx…"
+
+
 # --- the remote command lines ------------------------------------------------------------------
 
 
@@ -205,6 +323,7 @@ export FAKE_HOST=$2 remote=$3
 if [ -e "$FAKE_HOSTS/$FAKE_HOST/down" ]; then
   echo "ssh: connect to host $FAKE_HOST port 22: Connection refused" >&2; exit 255
 fi
+cd "$FAKE_HOSTS/$FAKE_HOST"  # the host's own files: a relative path is the host's
 exec bash -c "$remote"
 """
 FAKE_SUDO = '#!/bin/bash\n[ "$1" = -n ] && shift\nexec "$@"\n'
@@ -275,6 +394,13 @@ def hosts(tmp_path, monkeypatch):
             (folder / ip / "down").touch()
 
         @staticmethod
+        def quarantine(ip: str, marker: str) -> None:
+            """The host quarantined: its node stopped and the marker there (``operate.QUARANTINE_MARKER``,
+            relative in these tests: the fake ssh runs in the host's folder)."""
+            Hosts.stop(ip)
+            (folder / ip / "marker").write_text(marker)
+
+        @staticmethod
         def ssh_options() -> list[str]:
             return (folder / "ssh-options").read_text().splitlines()
 
@@ -309,6 +435,24 @@ def test_status_names_an_unreachable_host_in_one_line(hosts, capsys):
     out = capsys.readouterr().out
     assert f"{W2}: unreachable over SSH as rayrig@{W2} (ssh: connect to host {W2} port 22: Connection refused)" in out
     assert out.splitlines()[-1] == f"NOT OK: not alive Ray nodes: {W2} (unreachable over SSH)"
+
+
+def test_status_reads_the_quarantine_marker_as_root_and_exits_1_while_a_node_is_out(hosts, capsys, monkeypatch, utc):
+    monkeypatch.setattr(operate, "QUARANTINE_MARKER", "marker")
+    hosts.quarantine(W2, json.dumps({"since": SINCE, "by": "operator", "reason": "fans\nfailing", "findings": []},
+                                    indent=2))  # fmt: skip
+    assert main(["status", hosts.path, "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["quarantined"] == [W2] and report["ok"] is False
+    assert [h["health"]["status"] for h in report["hosts"]] == ["ok", "ok", "quarantined"]
+    assert report["hosts"][2]["health"] == {"status": "quarantined", "since": SINCE, "by": "operator",
+                                            "reason": "fans\nfailing"}  # fmt: skip
+    assert main(["status", hosts.path]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert next(line for line in out if line.startswith(W2)).endswith(
+        "quarantined since 2026-12-01 09:40:00 by operator: fans failing"
+    )
+    assert out[-1] == f"NOT OK: not alive Ray nodes: {W2} (quarantined by an operator)"
 
 
 def test_exec_all_prints_one_block_per_host_each_line_prefixed_by_its_name(hosts, capsys):

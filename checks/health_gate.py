@@ -177,7 +177,9 @@ class Gate:
                                                 cfg["probe_deadline_s"])  # fmt: skip
             else:
                 if ray_round.get("error") is None:
-                    reasons += judge.ray_findings(name, nodes.get(name), host["declared"])
+                    age = said.get("started_s_ago")
+                    starting = age if age is not None and age < cfg.get("start_grace_s", 120) else None
+                    reasons += judge.ray_findings(name, nodes.get(name), host["declared"], starting)
                 if name in probes:
                     reasons += judge.probe_findings(name, probes[name], medians.get(name), cfg["probe_fraction"],
                                                     cfg["probe_deadline_s"])  # fmt: skip
@@ -192,25 +194,7 @@ class Gate:
                                                     "source": judge.SOURCE_RAY})  # fmt: skip
         roles = {name: h["role"] for name, h in self.hosts.items()}
         new, actions = judge.decide(states, fails, markers, roles, self.limits, now)
-        done = []
-        for action in actions:
-            if action.observed or action.action in (judge.REPORT, judge.HELD):
-                done.append(action)
-                continue
-            if action.action == judge.QUARANTINE:
-                answer = self.call(action.host, ["quarantine", "--container", container, "--by", "gate",
-                                                 "--reason", action.reason[:200], "--drain-s",
-                                                 str(cfg["drain_timeout_s"]), "--findings",
-                                                 json.dumps(list(action.findings))])  # fmt: skip
-            else:
-                answer = self.call(action.host, ["admit", "--container", container])
-            if "error" in answer:
-                new[action.host] = states.get(action.host, judge.HostState())
-                done.append(judge.Action(judge.HELD, action.host, f"could not be {action.action}: {answer['error']}",
-                                         findings=action.findings))  # fmt: skip
-            else:
-                done.append(judge.Action(action.action, action.host, f"{action.reason} ({answer.get('message')})",
-                                         findings=action.findings))  # fmt: skip
+        done = self.act(actions, states, new, nodes)
         record = {
             "updated": now,
             "probe": {
@@ -223,6 +207,48 @@ class Gate:
             "states": new,
         }
         return record, done
+
+    def act(self, actions: Sequence[judge.Action], states: Mapping[str, judge.HostState],
+            new: dict[str, judge.HostState], nodes: Mapping[str, Any]) -> list[judge.Action]:  # fmt: skip
+        """Carry out the round's quarantines and admissions; one that fails leaves its host as it was (``new``
+        is set back) and is said as "not acted on". Returns what was done and said."""
+        done = []
+        for action in actions:
+            if action.observed or action.action in (judge.REPORT, judge.HELD):
+                done.append(action)
+                continue
+            if action.action == judge.QUARANTINE:
+                answer = self.quarantine(action, nodes.get(action.host))
+            else:
+                answer = self.call(action.host, ["admit", "--container", self.config["container"]])
+            if "error" in answer:
+                new[action.host] = states.get(action.host, judge.HostState())
+                done.append(judge.Action(judge.HELD, action.host, f"could not be {action.action}: {answer['error']}",
+                                         findings=action.findings))  # fmt: skip
+            else:
+                done.append(judge.Action(action.action, action.host, f"{action.reason} ({answer.get('message')})",
+                                         findings=action.findings))  # fmt: skip
+        return done
+
+    def quarantine(self, action: judge.Action, node: Mapping[str, Any] | None) -> dict[str, Any]:
+        """Mark the host first (its unit then stays stopped once its raylet ends), then drain its node from the
+        head's container: a starved node's own container could take minutes to ask."""
+        cfg, container = self.config, self.config["container"]
+        reason, drain_s = action.reason[:200], str(cfg["drain_timeout_s"])
+        words = ["quarantine", "--container", container, "--by", "gate", "--reason", reason, "--drain-s", drain_s,
+                 "--findings", json.dumps(list(action.findings)), *(["--no-drain"] if node else [])]  # fmt: skip
+        answer = self.call(action.host, words)
+        if "error" in answer or not node or answer.get("already"):
+            return answer
+        drained = self.call(self.head, ["drain", "--container", container, "--node-id", node["node_id"],
+                                        "--reason", reason, "--drain-s", drain_s])  # fmt: skip
+        if drained.get("drained"):
+            return {**answer, "drained": True,
+                    "message": f"drained: running tasks have {drain_s} s, then its ray-node stops"}  # fmt: skip
+        said = drained.get("message") or drained.get("error")
+        stopped = self.call(action.host, ["stop", "--container", container])
+        how = "its ray-node was stopped at once" if stopped.get("stopped") else f"its ray-node stops in {drain_s} s"
+        return {**answer, "drained": False, "message": f"Ray did not drain it ({said}): {how}"}
 
     # --- files and metrics -------------------------------------------------------------------------
 
@@ -249,8 +275,8 @@ class Gate:
         ]
         hosts = record["hosts"]
         for name, h in hosts.items():
-            lines.append(f'rayrig_node_quarantined{{host="{name}",by="{h["by"] or ""}"}} '
-                         f"{int(h['status'] == judge.QUARANTINED)}")  # fmt: skip
+            by = f',by="{h["by"]}"' if h["by"] else ""
+            lines.append(f'rayrig_node_quarantined{{host="{name}"{by}}} {int(h["status"] == judge.QUARANTINED)}')
         lines += ["# HELP rayrig_node_health_findings The host's FAIL findings in the gate's last round.",
                   "# TYPE rayrig_node_health_findings gauge"]  # fmt: skip
         lines += [f'rayrig_node_health_findings{{host="{n}"}} {len(h["findings"]) if h["status"] != "ok" else 0}'

@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from .reasons import FAIL, Reason
+from .reasons import FAIL, INFO, Reason
 
 OK, FAILING, QUARANTINED = "ok", "failing", "quarantined"
 GATE, OPERATOR = "gate", "operator"
@@ -93,9 +93,15 @@ class Limits:
 # --- findings ----------------------------------------------------------------------------------
 
 
-def ray_findings(host: str, node: Mapping[str, Any] | None, declared: Mapping[str, Any]) -> list[Reason]:
+def ray_findings(
+    host: str, node: Mapping[str, Any] | None, declared: Mapping[str, Any], starting_s: float | None = None
+) -> list[Reason]:
     """``node``: the host's alive Ray node (``{"resources": {...}}``) or None; ``declared``: Ray's names to amounts
-    (an ``"auto"`` or None amount is not compared)."""
+    (an ``"auto"`` or None amount is not compared). ``starting_s``: its container started that many seconds
+    ago and has not had the time to join yet (a deploy's replacement, a restart): an INFO, not a FAIL."""
+    if node is None and starting_s is not None:
+        return [Reason(INFO, f"not an alive Ray node yet: its container started {starting_s:.0f} s ago", host=host,
+                       source=SOURCE_RAY)]  # fmt: skip
     if node is None:
         return [Reason(FAIL, "not an alive Ray node", host=host, source=SOURCE_RAY)]
     reasons = []

@@ -15,6 +15,9 @@ options, nothing else reaches a shell.
   work, running tasks may finish, the raylet ends once idle), and a transient timer that
   stops the unit at the deadline if it still runs. The unit's drop-in
   (``ConditionPathExists=!MARKER``) keeps it from starting again while the marker is there;
+- ``drain --container C --node-id ID --reason TEXT --drain-s N``: ``ray drain-node`` from this host's
+  container (the gate asks the head's, once it has marked the node's host);
+- ``stop --container C``: the unit stopped now, on a quarantined host only (Ray did not drain it);
 - ``admit --container C``: the marker removed, the unit started;
 - ``probe --container C --work N --deadline-s S``: :mod:`checks.health_probe` in a one-off
   container of the node's image, with its container's GPUs and CPU limits, no network;
@@ -36,6 +39,7 @@ import shutil
 import subprocess
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -138,8 +142,30 @@ def signals(container: str) -> dict[str, Any]:
     root = docker_root()
     if root:
         disks.append({"what": "Docker's data root", **free_space(root)})
-    state = ((details or {}).get("State") or {}).get("Status") or "absent"
-    return {"unit": unit_state(container), "container": state, "marker": read_marker(), "disks": disks}
+    state = (details or {}).get("State") or {}
+    return {
+        "unit": unit_state(container),
+        "container": state.get("Status") or "absent",
+        "started_s_ago": _seconds_since(state.get("StartedAt")) if state.get("Status") == "running" else None,
+        "marker": read_marker(),
+        "disks": disks,
+    }
+
+
+def _seconds_since(stamp: str | None) -> float | None:
+    """Seconds since Docker's RFC 3339 time (nanoseconds cut to microseconds); None when unreadable."""
+    if not stamp:
+        return None
+    match = re.match(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(\.\d+)?(Z|[+-]\d\d:\d\d)", stamp)
+    if not match:
+        return None
+    fraction = (match[2] or ".0")[:7]
+    zone = "+00:00" if match[3] == "Z" else match[3]
+    try:
+        started = datetime.fromisoformat(f"{match[1]}{fraction}{zone}")
+    except ValueError:
+        return None
+    return round(time.time() - started.timestamp(), 1)
 
 
 def _node_id(container: str) -> str | None:
@@ -150,10 +176,40 @@ def _node_id(container: str) -> str | None:
     return None
 
 
-def quarantine(container: str, by: str, reason: str, drain_s: int, findings: list[Any]) -> dict[str, Any]:
-    """Mark the host, drain its node, and stop the unit at the deadline (at once when the drain failed)."""
+def drain(container: str, node_id: str, reason: str, drain_s: int) -> dict[str, Any]:
+    """Ask Ray, from ``container`` (the head's, or the node's own), to drain node ``node_id``: no new work, running
+    tasks may finish within ``drain_s``, and its raylet ends once idle."""
+    done = _run(
+        ["docker", "exec", container, "ray", "drain-node", "--address=auto", f"--node-id={node_id}",
+         "--reason=DRAIN_NODE_REASON_PREEMPTION", f"--reason-message=rayrig health gate: {reason}",
+         f"--deadline-remaining-seconds={int(drain_s)}"],
+        timeout=60,
+    )  # fmt: skip
+    said = _last_line(done.stderr or done.stdout)
+    return {"drained": done.returncode == 0, "message": said or f"exit status {done.returncode}"}
+
+
+def _stop_at_deadline(container: str, drain_s: int) -> None:
+    """A transient timer that stops the unit ``drain_s`` seconds from now (a node still busy at its deadline)."""
+    timer = f"{DRAIN_TIMER}-{container}"
+    _run(["systemctl", "stop", f"{timer}.timer"])
+    _run(["systemctl", "reset-failed", f"{timer}.service"])
+    _run(["systemd-run", f"--unit={timer}", f"--on-active={max(1, int(drain_s))}",
+          "--description=rayrig health gate: stop a quarantined ray-node at its drain deadline",
+          "/bin/systemctl", "stop", f"{container}.service"])  # fmt: skip
+
+
+def quarantine(
+    container: str, by: str, reason: str, drain_s: int, findings: list[Any], self_drain: bool = True
+) -> dict[str, Any]:
+    """Mark the host, drain its node (``self_drain``: from its own container; else the gate drains it from the
+    head's, after this), and stop the unit at the deadline (at once when the drain failed)."""
     existing = read_marker()
     if existing is not None:
+        if by == "operator" and existing.get("by") != "operator":  # an operator's quarantine: only they lift it
+            write_marker({**existing, "by": by, "reason": reason})
+            return {"action": "quarantined", "drained": False, "already": True,
+                    "message": f"already out (the gate's: {existing.get('reason')}); now the operator's"}  # fmt: skip
         return {"action": "quarantined", "drained": False, "already": True,
                 "message": f"already quarantined by {existing.get('by')}: {existing.get('reason')}"}  # fmt: skip
     write_marker({"since": time.time(), "by": by, "reason": reason, "findings": findings})
@@ -161,25 +217,15 @@ def quarantine(container: str, by: str, reason: str, drain_s: int, findings: lis
     if unit_state(unit) not in ("active", "activating"):
         _run(["systemctl", "stop", unit])
         return {"action": "quarantined", "drained": False, "message": "its ray-node was not running; it stays stopped"}
+    if not self_drain:
+        _stop_at_deadline(container, drain_s)
+        return {"action": "quarantined", "drained": None,
+                "message": f"marked; its ray-node stops once drained, at the latest in {int(drain_s)} s"}  # fmt: skip
     node = _node_id(container)
-    said = ""
-    if node:
-        done = _run(
-            ["docker", "exec", container, "ray", "drain-node", "--address=auto", f"--node-id={node}",
-             "--reason=DRAIN_NODE_REASON_PREEMPTION", f"--reason-message=rayrig health gate: {reason}",
-             f"--deadline-remaining-seconds={int(drain_s)}"],
-            timeout=60,
-        )  # fmt: skip
-        said = _last_line(done.stderr or done.stdout)
-        drained = done.returncode == 0
-    else:
-        drained, said = False, "the node did not answer"
-    if drained and drain_s > 0:
-        _run(["systemctl", "stop", f"{DRAIN_TIMER}-{container}.timer"])
-        _run(["systemctl", "reset-failed", f"{DRAIN_TIMER}-{container}.service"])
-        _run(["systemd-run", f"--unit={DRAIN_TIMER}-{container}", f"--on-active={int(drain_s)}",
-              "--description=rayrig health gate: stop a quarantined ray-node at its drain deadline",
-              "/bin/systemctl", "stop", unit])  # fmt: skip
+    answer = drain(container, node, reason, drain_s) if node else {"drained": False, "message": "no answer"}
+    said = answer["message"]
+    if answer["drained"] and drain_s > 0:
+        _stop_at_deadline(container, drain_s)
         return {"action": "quarantined", "drained": True,
                 "message": f"drained: running tasks have {int(drain_s)} s, then its ray-node stops"}  # fmt: skip
     _run(["systemctl", "stop", unit], timeout=120)
@@ -264,6 +310,12 @@ def _name(text: str) -> str:
     return text
 
 
+def _node_id_word(text: str) -> str:
+    if not re.fullmatch(r"[0-9a-f]{16,64}", text):
+        raise argparse.ArgumentTypeError(f"not a Ray node id: {text!r}")
+    return text
+
+
 def _reason(text: str) -> str:
     if not text or len(text) > MAX_REASON or not text.isprintable():
         raise argparse.ArgumentTypeError(f"a reason is 1-{MAX_REASON} printable characters on one line")
@@ -273,7 +325,7 @@ def _reason(text: str) -> str:
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="rayrig-health-node", description="What the health gate asks of one host.")
     verbs = top.add_subparsers(dest="verb", required=True)
-    for verb in ("signals", "quarantine", "admit", "probe", "ray-round"):
+    for verb in ("signals", "quarantine", "drain", "stop", "admit", "probe", "ray-round"):
         one = verbs.add_parser(verb)
         one.add_argument("--container", type=_name, required=True)
         if verb == "quarantine":
@@ -281,8 +333,13 @@ def parser() -> argparse.ArgumentParser:
             one.add_argument("--reason", type=_reason, required=True)
             one.add_argument("--drain-s", type=int, required=True)
             one.add_argument("--findings", default="[]", help="the findings, as JSON")
+            one.add_argument("--no-drain", action="store_true", help="the gate drains the node from the head")
+        if verb == "drain":
+            one.add_argument("--node-id", type=_node_id_word, required=True)
+            one.add_argument("--reason", type=_reason, required=True)
+            one.add_argument("--drain-s", type=int, required=True)
         if verb in ("probe", "ray-round"):
-            one.add_argument("--work", type=int, default=40)
+            one.add_argument("--work", type=int, default=1000)
             one.add_argument("--deadline-s", type=float, default=60.0)
         if verb == "ray-round":
             one.add_argument("--probe", action="store_true")
@@ -309,9 +366,16 @@ def main(argv: list[str] | None = None) -> int:
             findings = json.loads(args.findings)
         except ValueError:
             findings = []
-        out = quarantine(
-            args.container, args.by, args.reason, args.drain_s, findings if isinstance(findings, list) else []
-        )
+        found = findings if isinstance(findings, list) else []
+        out = quarantine(args.container, args.by, args.reason, args.drain_s, found, self_drain=not args.no_drain)
+    elif args.verb == "drain":
+        out = drain(args.container, args.node_id, args.reason, args.drain_s)
+    elif args.verb == "stop":  # a quarantined node Ray did not drain
+        if read_marker() is None:
+            out = {"stopped": False, "message": "not quarantined: its ray-node is left running"}
+        else:
+            done = _run(["systemctl", "stop", f"{args.container}.service"], timeout=120)
+            out = {"stopped": done.returncode == 0, "message": _last_line(done.stderr) or "stopped"}
     elif args.verb == "admit":
         out = admit(args.container)
     elif args.verb == "probe":

@@ -9,7 +9,7 @@ The gate (:mod:`checks.health_gate`) runs it two ways, each printing one ``RESUL
 - in a one-off container of a quarantined node's image (``python -c SOURCE --local``): the probe
   on that machine, outside the cluster.
 
-The probe: ``--work`` products of two 256x256 float32 matrices on the CPU (numpy), or 100 times as
+The probe: ``--work`` products of two 256x256 float32 matrices on the CPU (numpy), or 10 times as
 many 1024x1024 products on each GPU (torch, where CUDA is there); its result is the seconds the
 products took (the slowest GPU's). Importing this module imports neither Ray nor numpy.
 """
@@ -26,7 +26,7 @@ from typing import Any
 RESULT = "RESULT "
 CPU_SIZE = 256
 GPU_SIZE = 1024
-GPU_FACTOR = 100
+GPU_FACTOR = 10
 
 
 def probe(work: int) -> dict[str, Any]:
@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     mode.add_argument("--cluster", action="store_true", help="from the head: the nodes, and with --probe the probes")
     mode.add_argument("--local", action="store_true", help="the probe here, outside the cluster")
     parser.add_argument("--probe", action="store_true")
-    parser.add_argument("--work", type=int, default=40)
+    parser.add_argument("--work", type=int, default=1000)
     parser.add_argument("--deadline-s", type=float, default=60.0)
     args = parser.parse_args(argv)
     if args.local:

@@ -478,8 +478,8 @@ PROPERTIES.update(
         "health_probe_work": {
             "type": "integer",
             "minimum": 1,
-            "maximum": 10000,
-            "x-expected": "a whole number 1-10000",
+            "maximum": 100000,
+            "x-expected": "a whole number 1-100000",
         },
         "health_probe_fraction": _FRACTION,
         "health_min_free_fraction": {

@@ -179,7 +179,8 @@ DESCRIPTIONS: dict[str, str] = {
     "health_probe_interval_s": "Seconds between the functional probes: a short matmul on every node (each GPU, or "
         "the CPU), as a Ray task pinned to the node.",
     "health_probe_deadline_s": "Seconds a probe has to come back; one that does not fails its node.",
-    "health_probe_work": "The probe's size: this many 256x256 float32 matrix products (100 times as many on a GPU).",
+    "health_probe_work": "The probe's size: this many 256x256 float32 matrix products on the CPU, or ten times as "
+        "many 1024x1024 products on each GPU.",
     "health_probe_fraction": "A node whose probe is slower than this fraction of its peers' median speed fails.",
     "health_min_free_fraction": "A node with less than this fraction free on Ray's temp folder or on Docker's data "
         "root fails.",

@@ -132,7 +132,7 @@ class UserHome(FactBase):
 
 def quarantine_marker(h: Any) -> dict[str, Any] | None:
     """``h``'s quarantine marker while the gate is on (None: not quarantined, or the gate is off)."""
-    if gate_host() is None or not h.connected:
+    if not host_settings(h)["health_gate"] or not h.connected:
         return None
     return fact(h, QuarantineMarker)
 
@@ -300,6 +300,7 @@ def gate_config(settings: dict[str, Any], gate_name: str) -> dict[str, Any]:
         "pass_after": settings["health_pass_after"],
         "drain_timeout_s": settings["health_drain_timeout_s"],
         "max_quarantined": settings["health_max_quarantined"],
+        "start_grace_s": settings["ray_replace_timeout_s"],  # a (re)started node has that long to join
         "hosts": hosts,
     }
 

@@ -14,6 +14,7 @@ from io import StringIO
 from pathlib import Path
 from typing import Any
 
+import click
 from pyinfra import host, inventory
 from pyinfra.api import deploy
 from pyinfra.api.exceptions import PyinfraError
@@ -400,7 +401,7 @@ def ray_node() -> None:
     own_files += _folders(settings, role, uid)
     marker = health.quarantine_marker(host)
     if marker is not None and role == "worker":
-        host.noop(health.kept_out_message(host.name, marker))
+        click.echo(f"--> {health.kept_out_message(host.name, marker)}", err=True)
         return
     view = _unit(settings)
     if not view.replace:

@@ -132,3 +132,8 @@ def test_a_node_not_alive_or_missing_a_declared_resource_fails():
 def test_a_state_survives_its_json_form():
     state = judge.HostState(judge.QUARANTINED, since=3.0, by=judge.GATE, reason="r", findings=({"message": "m"},))
     assert judge.HostState.from_dict(state.as_dict()) == state
+
+
+def test_a_node_whose_container_just_started_is_not_yet_a_failure():
+    [reason] = judge.ray_findings("w1", None, {"CPU": 2}, starting_s=12.0)
+    assert reason.level == "INFO" and "started 12 s ago" in reason.message

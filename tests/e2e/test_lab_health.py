@@ -87,6 +87,23 @@ def set_cpus(lab: Lab, h: dict, cpus: float) -> None:
     lab.sh(h, f"sudo docker update --cpus {value} ray-node")
 
 
+def quarantined_in_prometheus(lab: Lab, host: str, seconds: float = 90) -> bool:
+    """Whether Prometheus (on the head's loopback) comes to have ``rayrig_node_quarantined{host} == 1`` and the
+    alert ``NodeQuarantined`` for it within ``seconds``."""
+    query = f"rayrig_node_quarantined{{host={json.dumps(host)}}}==1"
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        found = json.loads(lab.sh(lab.head, f"curl -fsS -G http://127.0.0.1:9090/api/v1/query --data-urlencode "
+                                            f"{shlex.quote('query=' + query)}"))["data"]["result"]  # fmt: skip
+        alerts = json.loads(lab.sh(lab.head, "curl -fsS http://127.0.0.1:9090/api/v1/alerts"))["data"]["alerts"]
+        firing = [a for a in alerts if a["labels"].get("alertname") == "NodeQuarantined"
+                  and a["labels"].get("host") == host]  # fmt: skip
+        if found and firing:
+            return True
+        time.sleep(5)
+    return False
+
+
 def spread_ips(lab: Lab, tasks: int = 20) -> list[str]:
     """Where ``tasks`` SPREAD tasks ran (each a node's address)."""
     return lab.ray_python(f"""
@@ -166,6 +183,8 @@ def test_a_starved_worker_is_quarantined_kept_out_then_let_back_in(gated, gated_
         status = rayrig("status", gated_inventory)
         assert status.returncode == 1, status.stdout
         assert sick["address"] in status.stdout and "quarantined" in status.stdout, status.stdout
+        if attempt == 0:
+            assert quarantined_in_prometheus(lab, sick["address"]), "Prometheus has no rayrig_node_quarantined == 1"
         lifted, round_lifted = time.time(), current_round(lab)
         set_cpus(lab, sick, 0)
         wait_for_alive(lab, HOSTS, seconds=(GATE["health_pass_after"] + 4) * 3 * INTERVAL_S)

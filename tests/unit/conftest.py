@@ -6,6 +6,8 @@ measure time, and scripts/run_tests.py runs them alone, before the rest of the t
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 
@@ -30,3 +32,13 @@ def local_ray():
         yield {"ip": ip, "address": context.address_info["gcs_address"]}
     finally:
         ray.shutdown()
+
+
+@pytest.fixture
+def utc(monkeypatch):
+    """This process in UTC, so that local times read the same on every machine."""
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()

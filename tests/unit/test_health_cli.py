@@ -49,16 +49,6 @@ EVENTS = [
 ]
 
 
-@pytest.fixture
-def utc(monkeypatch):
-    """This process in UTC, so that local times read the same on every machine."""
-    monkeypatch.setenv("TZ", "UTC")
-    time.tzset()
-    yield
-    monkeypatch.undo()
-    time.tzset()
-
-
 def lab_inventory(path: str, **cluster_data):
     data = {"ssh_user": "rayrig", "health_gate": True, **cluster_data}
     return inventory_of(

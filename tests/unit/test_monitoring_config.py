@@ -109,14 +109,27 @@ def test_the_five_alert_rules_are_there_with_their_thresholds():
 
 
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool (Prometheus's checker) is not installed here")
-def test_promtool_accepts_the_config_and_the_rules(tmp_path: Path):
-    (tmp_path / "rules.yml").write_text(mc.rules_yml())
-    prometheus = mc.prometheus_yml(MEMBERS, SETTINGS, ray_file=False).replace(mc.RULES_YML, str(tmp_path / "rules.yml"))
+@pytest.mark.parametrize("gate", [False, True], ids=["", "health gate"])
+def test_promtool_accepts_the_config_and_the_rules(tmp_path: Path, gate: bool):
+    settings = {**SETTINGS, "health_gate": gate}
+    (tmp_path / "rules.yml").write_text(mc.rules_yml(gate))
+    prometheus = mc.prometheus_yml(MEMBERS, settings, ray_file=False).replace(mc.RULES_YML, str(tmp_path / "rules.yml"))
     (tmp_path / "prometheus.yml").write_text(prometheus)
     for args in (["check", "rules", str(tmp_path / "rules.yml")], ["check", "config", "--syntax-only",
                                                                      str(tmp_path / "prometheus.yml")]):  # fmt: skip
         done = subprocess.run(["promtool", *args], capture_output=True, text=True, check=False)
         assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_health_gate_is_scraped_on_loopback_with_its_own_host_labels_and_alerted_on_only_when_on():
+    assert "rayrig-health" not in mc.prometheus_yml(MEMBERS, SETTINGS, ray_file=False)
+    assert "NodeQuarantined" not in mc.rules_yml(False)
+    config = yaml.safe_load(mc.prometheus_yml(MEMBERS, {**SETTINGS, "health_gate": True}, ray_file=False))
+    [job] = [j for j in config["scrape_configs"] if j["job_name"] == "rayrig-health"]
+    assert job["honor_labels"] is True  # its series name the host they are about, not the gate's
+    assert job["static_configs"][0]["targets"] == [f"127.0.0.1:{SETTINGS['health_metrics_port']}"]
+    [rule] = [r for r in yaml.safe_load(mc.rules_yml(True))["groups"][0]["rules"] if r["alert"] == "NodeQuarantined"]
+    assert rule["expr"] == "rayrig_node_quarantined == 1"
 
 
 def test_grafana_provisions_the_data_source_every_dashboard_names():

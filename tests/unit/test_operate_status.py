@@ -12,7 +12,6 @@ import json
 import os
 import shlex
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -47,16 +46,6 @@ def probe(
 SINCE = 1796118000
 MARKER = json.dumps({"since": SINCE, "by": "gate", "reason": "probe: missed its deadline of 60 s",
                      "findings": [{"level": "FAIL", "message": "probe: missed its deadline of 60 s"}]})  # fmt: skip
-
-
-@pytest.fixture
-def utc(monkeypatch):
-    """This process in UTC, so that local times read the same on every machine."""
-    monkeypatch.setenv("TZ", "UTC")
-    time.tzset()
-    yield
-    monkeypatch.undo()
-    time.tzset()
 
 
 def lab_inventory(**extra_data):

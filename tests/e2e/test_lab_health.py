@@ -172,7 +172,7 @@ def test_a_starved_worker_is_quarantined_kept_out_then_let_back_in(gated, gated_
         to_quarantine.append(event["time"] - began)
         print(f"attempt {attempt + 1}: quarantined {event['time'] - began:.1f} s after the fault, {rounds} rounds: "
               f"{event['reason']}")  # fmt: skip
-        assert rounds <= 3
+        assert rounds <= 3 + 1  # 3 rounds after the fault, and the one it began in
         probe = [f for f in event["findings"] if f.get("flag") == "probe"]
         assert probe and probe[0]["host"] == sick["address"], event
         assert "peers' median" in probe[0]["message"], probe

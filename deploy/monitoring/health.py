@@ -27,7 +27,7 @@ from typing import Any
 from pyinfra import host, inventory
 from pyinfra.api import FactBase, deploy
 from pyinfra.facts.files import File
-from pyinfra.operations import files, systemd
+from pyinfra.operations import files, server, systemd
 from pyinfra.operations.util import any_changed
 
 from checks.health_node import MARKER
@@ -266,6 +266,10 @@ def _remove_node_side(container: str, authorized: str | None) -> None:
     drop_in = files.file(name="Remove the health gate's ray-node drop-in", path=drop_in_path(container), present=False)
     files.directory(name="Remove the health gate's folder, a quarantine marker too (health_gate off)", path=STATE_DIR,
                     present=False)  # fmt: skip
+    if drop_in_path(container) in found:  # its folder too, when the gate's was its only drop-in
+        folder = shlex.quote(os.path.dirname(drop_in_path(container)))
+        server.shell(name="Remove the ray-node unit's drop-in folder if it is empty",
+                     commands=[f"rmdir --ignore-fail-on-non-empty {folder}"])  # fmt: skip
     systemd.daemon_reload(name="Reload systemd units without the health gate's drop-in", _if=drop_in.did_change)
     files.file(name="Remove rayrig-health-node", path=NODE_COMMAND, present=False)
     files.directory(name="Remove the health gate's code", path=CODE_DIR, present=False)

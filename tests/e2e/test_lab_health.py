@@ -277,7 +277,7 @@ def test_the_gate_off_leaves_nothing_of_it_on_any_host(gated):
     off = deploy(LAB_INVENTORY, "--data", "checks_enabled=false")
     assert off.returncode == 0
     paths = [health.CODE_DIR, health.NODE_COMMAND, health.CONFIG_DIR, health.STATE_DIR, health.UNIT_PATH,
-             health.drop_in_path("ray-node")]  # fmt: skip
+             os.path.dirname(health.drop_in_path("ray-node"))]  # fmt: skip
     for h in lab.hosts:
         left = lab.sh(h, f"sudo ls -d {' '.join(paths)} 2>/dev/null; sudo grep -rs {health.KEY_COMMENT} "
                          "/root/.ssh /home/*/.ssh; true")  # fmt: skip

@@ -29,6 +29,7 @@ import json
 import os
 import shlex
 import signal
+import statistics
 import subprocess
 import sys
 import threading
@@ -47,7 +48,6 @@ NODE_COMMAND = "/usr/local/libexec/rayrig-health-node"
 SSH_TIMEOUT_S = 10
 CALL_TIMEOUT_S = 120
 PROMETHEUS_TIMEOUT_S = 10
-SOURCE_EXPORTER = "Prometheus's last scrape of the host's node exporter (/api/v1/targets)"
 
 
 class Gate:
@@ -113,11 +113,8 @@ class Gate:
         found: dict[str, list[Reason]] = {h: [] for h in self.hosts}
         try:
             rows = monitoring.target_rows(hosts, monitoring.active_targets(url, PROMETHEUS_TIMEOUT_S))
-            for row in rows:
-                if row["health"] in ("down", monitoring.MISSING):
-                    said = f" ({row['error']})" if row.get("error") else ""
-                    message = f"its node exporter is {row['health']}{said}"
-                    found[row["host"]].append(Reason(FAIL, message, host=row["host"], source=SOURCE_EXPORTER))
+            for reason in monitoring.target_reasons(rows, 0):  # missing or down: FAIL; not scraped yet: WARN
+                found[reason.host].append(reason)
             exported = {s["metric"].get("__name__") for s in monitoring.query(url, monitoring.exported_query(),
                                                                               PROMETHEUS_TIMEOUT_S)}  # fmt: skip
             window = max(60, 2 * int(self.config["interval_s"]))
@@ -155,7 +152,7 @@ class Gate:
             medians = {}
         if probes:
             times = [p["seconds"] for p in probes.values() if p.get("seconds") is not None]
-            self.median_s = sorted(times)[len(times) // 2] if times else self.median_s
+            self.median_s = statistics.median(times) if times else self.median_s
         rechecks = self.call_all({name: ["probe", "--container", container, "--work", work, "--deadline-s", deadline]
                                   for name in quarantined if "error" not in signals.get(name, {"error": 1})},
                                  timeout=cfg["probe_deadline_s"] + CALL_TIMEOUT_S)  # fmt: skip

@@ -74,17 +74,23 @@ def _last_line(text: str) -> str:
     return lines[-1] if lines else ""
 
 
+def parse_marker(text: str, since: float | None = None) -> dict[str, Any]:
+    """A quarantine marker's JSON; one that is not a JSON object still quarantines its host, as the operator's
+    (``since``: when it was written, for one that does not say)."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return {"since": since, "by": "operator", "reason": "an unreadable marker file"}
+    return value if isinstance(value, dict) else {"since": since, "by": "operator", "reason": "?"}
+
+
 def read_marker(path: str = MARKER) -> dict[str, Any] | None:
-    """The quarantine marker's JSON; None when there is none (an unreadable one is kept as a reason)."""
+    """The quarantine marker of this host; None when there is none."""
     try:
         text = Path(path).read_text()
     except FileNotFoundError:
         return None
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return {"since": os.path.getmtime(path), "by": "operator", "reason": "an unreadable marker file"}
-    return value if isinstance(value, dict) else {"since": os.path.getmtime(path), "by": "operator", "reason": "?"}
+    return parse_marker(text, os.path.getmtime(path))
 
 
 def write_marker(marker: dict[str, Any], path: str = MARKER) -> None:

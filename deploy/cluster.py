@@ -42,6 +42,7 @@ settle_token_once(host.state, inventory)
 
 if is_absent(host):
     remove_from_cluster()  # drained first, while the others still admit it
+    health_node_side()  # the health gate's part of it too
 else:
     private_uploads()
     hold_until_configured()  # the image mirror's package would start its registry as it ships it

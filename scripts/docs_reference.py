@@ -179,7 +179,7 @@ class _Graph:
 @functools.cache
 def _code_map() -> tuple[_Graph, dict[str, set[Node]], list[str]]:
     """The code's graph, what each deploy step reaches, and the steps in runbook order: the functions that
-    deploy/cluster.py calls as statements of their own."""
+    deploy/cluster.py calls as statements of their own, each once."""
     graph = _Graph()
     runbook = graph.trees["deploy.cluster"]
     imported = _imported(runbook, "deploy.cluster", set(graph.trees))
@@ -189,7 +189,8 @@ def _code_map() -> tuple[_Graph, dict[str, set[Node]], list[str]]:
         call = node.value if isinstance(node, ast.Expr) else None
         if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id in functions:
             order.append((node.lineno, call.func.id))
-    steps = [name for _line, name in sorted(order)]
+    # A step called in two branches (a leaving host's and a present one's) is one step, at its last call.
+    steps = list(reversed(dict.fromkeys(name for _line, name in sorted(order, reverse=True))))
     return graph, {step: graph.reach(functions[step]) for step in steps}, steps
 
 

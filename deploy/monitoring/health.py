@@ -26,13 +26,13 @@ from typing import Any
 
 from pyinfra import host, inventory
 from pyinfra.api import FactBase, deploy
-from pyinfra.facts.files import File
 from pyinfra.operations import files, server, systemd
 from pyinfra.operations.util import any_changed
 
-from checks.health_node import MARKER
+from checks import health_gate
+from checks.health_node import MARKER, parse_marker
 from deploy.contract.paths import state_dir
-from deploy.contract.settings import host_data, host_settings, node_address, present_hosts
+from deploy.contract.settings import host_data, host_settings, is_absent, node_address, present_hosts
 from deploy.host.secret_files import put_secret_file
 from deploy.monitoring.server import monitoring_host_name
 from deploy.run.facts import fact
@@ -44,7 +44,7 @@ GATE_UNIT = "rayrig-health"
 UNIT_TEMPLATE = resource(__package__, "rayrig-health.service.j2")
 NODE_TEMPLATE = resource(__package__, "rayrig-health-node.sh")
 CODE_DIR = "/usr/local/lib/rayrig/health"
-NODE_COMMAND = "/usr/local/libexec/rayrig-health-node"
+NODE_COMMAND = health_gate.NODE_COMMAND
 CONFIG_DIR = "/etc/rayrig/health"
 CONFIG = f"{CONFIG_DIR}/gate.json"
 STATE_DIR = "/var/lib/rayrig/health"
@@ -86,24 +86,20 @@ def drop_in_text() -> str:
     )
 
 
+MARKER_FOLLOWS = "RAYRIG-QUARANTINED"
+
+
 class QuarantineMarker(FactBase):
-    """The host's quarantine marker (JSON), None when there is none."""
+    """The host's quarantine marker (its JSON, as :func:`checks.health_node.parse_marker` reads it), None when
+    there is none. A marker that exists keeps the unit stopped, empty or not: its existence is what is asked."""
 
     def command(self) -> str:
-        return f"cat {MARKER} 2>/dev/null || true"
-
-    def requires_command(self) -> str:
-        return "cat"
+        return f"if [ -e {MARKER} ]; then echo {MARKER_FOLLOWS}; cat {MARKER}; fi; true"
 
     def process(self, output: list[str]) -> dict[str, Any] | None:
-        text = "\n".join(output).strip()
-        if not text:
+        if not output or output[0].strip() != MARKER_FOLLOWS:
             return None
-        try:
-            value = json.loads(text)
-        except ValueError:
-            return {"by": "operator", "reason": "an unreadable marker file", "since": None}
-        return value if isinstance(value, dict) else {"by": "operator", "reason": "?", "since": None}
+        return parse_marker("\n".join(output[1:]))
 
 
 class HostKeys(FactBase):
@@ -218,7 +214,7 @@ def health_node_side() -> None:
     container = settings["ray_container_name"]
     gate = gate_host()
     authorized = _authorized_keys_path(host) if gate is not None or _had_gate() else None
-    if gate is None:
+    if gate is None or is_absent(host):  # off, or a host leaving the cluster: none of it
         _remove_node_side(container, authorized)
         return
     _code()
@@ -255,9 +251,16 @@ class Leftovers(FactBase):
         return {line.strip() for line in output if line.strip()}
 
 
+def _leftovers(authorized: str | None) -> set[str]:
+    """What of the gate is on this host: the node's part and the service's, in one fact that both removers
+    read (the same arguments: one round trip per run)."""
+    paths = (drop_in_path(host_settings(host)["ray_container_name"]), STATE_DIR, NODE_COMMAND, CODE_DIR,
+             UNIT_PATH, CONFIG_DIR, *GATE_FILES)  # fmt: skip
+    return fact(host, Leftovers, paths, authorized)
+
+
 def _remove_node_side(container: str, authorized: str | None) -> None:
-    paths = (drop_in_path(container), STATE_DIR, NODE_COMMAND, CODE_DIR)
-    found = fact(host, Leftovers, paths, authorized)
+    found = _leftovers(authorized)
     if not found:
         return
     if "KEY" in found and authorized is not None:
@@ -346,14 +349,17 @@ def health_gate_service() -> None:
 
 def _remove_service(gate_off: bool) -> None:
     """None of the service on this host; the gate's files only (not a quarantine marker) while the gate is on."""
-    if host.get_fact(File, path=UNIT_PATH):
+    everything = gate_off or is_absent(host)  # the node's part goes too, the folder with it (health_node_side)
+    found = _leftovers(_authorized_keys_path(host) if everything and _had_gate() else None)
+    if UNIT_PATH in found:
         systemd.service(name=f"Stop and disable {GATE_UNIT}", service=f"{GATE_UNIT}.service", running=False,
                         enabled=False)  # fmt: skip
         unit = files.file(name=f"Remove the {GATE_UNIT} unit", path=UNIT_PATH, present=False)
         systemd.daemon_reload(name=f"Reload systemd units without {GATE_UNIT}", _if=unit.did_change)
-    files.directory(name="Remove the health gate's configuration", path=CONFIG_DIR, present=False)
-    if gate_off:
-        files.directory(name="Remove the health gate's folder", path=STATE_DIR, present=False)
+    if CONFIG_DIR in found:
+        files.directory(name="Remove the health gate's configuration", path=CONFIG_DIR, present=False)
+    if everything:
         return
     for path in GATE_FILES:
-        files.file(name=f"Remove {path} (the gate runs on another host)", path=path, present=False)
+        if path in found:
+            files.file(name=f"Remove {path} (the gate runs on another host)", path=path, present=False)

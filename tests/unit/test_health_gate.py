@@ -71,3 +71,13 @@ def test_the_probe_container_gets_the_node_containers_limits_and_gpus():
     details = {"HostConfig": {"NanoCpus": 33_000_000, "CpusetCpus": "0-1",
                               "DeviceRequests": [{"Capabilities": [["gpu"]], "DeviceIDs": ["0", "3"]}]}}  # fmt: skip
     assert health_node._limits(details) == ["--cpus=0.033", "--cpuset-cpus=0-1", "--gpus=device=0,3"]
+
+
+def test_the_deploy_reads_a_marker_as_the_node_does_and_an_empty_one_still_keeps_the_node_out():
+    fact = health.QuarantineMarker()
+    assert fact.process([]) is None
+    assert fact.process([health.MARKER_FOLLOWS, '{"by": "gate", "reason": "r", "since": 1.0}']) == {
+        "by": "gate", "reason": "r", "since": 1.0,
+    }  # fmt: skip
+    assert fact.process([health.MARKER_FOLLOWS])["reason"] == "an unreadable marker file"
+    assert health_node.parse_marker("", 5.0) == {"since": 5.0, "by": "operator", "reason": "an unreadable marker file"}

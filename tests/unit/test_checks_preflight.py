@@ -199,8 +199,11 @@ def test_a_probe_that_hangs_is_stopped_and_says_so(tmp_path):
     assert time.monotonic() - started < 8
     found = preflight.parse_probe(done.stdout.splitlines())
     assert preflight.probe_stopped(found)
+    (tmp_path / "quick").mkdir()  # a docker that fails at once, not the machine's: a busy engine may take seconds
+    (tmp_path / "quick" / "docker").write_text("#!/bin/sh\nexit 1\n")
+    (tmp_path / "quick" / "docker").chmod(0o755)
     plain = subprocess.run(preflight.probe_command("c", gpus(), timeout_s=5), shell=True, capture_output=True,
-                           text=True, env={"PATH": "/usr/bin:/bin"})  # fmt: skip  # no docker: quick, not stopped
+                           text=True, env={"PATH": f"{tmp_path / 'quick'}:/usr/bin:/bin"})  # fmt: skip
     assert not preflight.probe_stopped(preflight.parse_probe(plain.stdout.splitlines()))
 
 

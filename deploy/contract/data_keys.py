@@ -268,6 +268,11 @@ PROPERTIES: dict[str, dict[str, Any]] = {
             '"endpoint_url", "path_style", "region", "driver" ("s3fs" or "mountpoint-s3")}'
         ),
     },
+    "storage_shared_dir": {
+        "type": ["string", "null"],
+        "pattern": _MOUNT_POINT,
+        "x-expected": "null or a shared mount point (or a folder under one), e.g. /mnt/shared",
+    },
     "storage_s3_credentials": _null_or_strings(
         {"access_key_id": _KEY_ID, "secret_access_key": _LINE},
         "null (the EC2 instance profile) or {access_key_id, secret_access_key}, each one line (the id without ':')",

@@ -139,6 +139,9 @@ DESCRIPTIONS: dict[str, str] = {
     "storage_s3_mounts": "S3 buckets mounted on every host and inside ray-node, e.g. `[{\"bucket\": \"datasets\", "
         "\"path\": \"/mnt/datasets\", \"read_only\": True}]`, with s3fs or Mountpoint for Amazon S3 (`driver`); "
         "`endpoint_url` for an S3-compatible store.",
+    "storage_shared_dir": "The folder jobs keep their results in, given to them as `RAYRIG_SHARED_DIR` in "
+        "ray-node: a shared mount point or a folder under one, never a read-only one. None: the first writable "
+        "shared mount (NFS first, as listed); with no shared mount, no `RAYRIG_SHARED_DIR`.",
     "storage_s3_credentials": "The S3 mounts' access key (`access_key_id`, `secret_access_key`), in a 0600 file; "
         "None: the EC2 instance profile.",
     "storage_mountpoint_version": "The Mountpoint for Amazon S3 version installed where a mount uses it, if it "

@@ -30,6 +30,7 @@ from deploy.contract.data_keys import (
     RESERVED_RESOURCES,
 )
 from deploy.contract.ports import HEAD_METRICS_ENV, WORKER_RANGE, exporter_ports
+from deploy.contract.storage import writable
 
 SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
@@ -229,6 +230,14 @@ def _mount_problems(name: str, merged: Mapping[str, Any], host_names: set[str]) 
                     mount["server"],
                     "an IP address, a host name, or the name of a host of this inventory",
                 )
+            )
+    chosen = merged["storage_shared_dir"]
+    if chosen is not None:
+        mounts = [m for key in ("storage_nfs_mounts", "storage_s3_mounts") for m in merged[key]]
+        under = [m for m in mounts if chosen == m["path"] or chosen.startswith(m["path"] + "/")]
+        if not under or not writable(under[0]):
+            problems.append(
+                Problem(name, "storage_shared_dir", chosen, "a writable shared mount point, or a folder under one")
             )
     server = merged["storage_nfs_server"]
     if server is not None and host_names and server not in host_names:

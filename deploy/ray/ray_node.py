@@ -23,6 +23,7 @@ from pyinfra.operations import files, server, systemd
 
 from deploy.contract.ports import ray_metrics_env
 from deploy.contract.settings import host_data, host_settings, merge, node_address, present_hosts
+from deploy.contract.storage import shared_dir
 from deploy.firewall import nftables
 from deploy.host import efa, image_mirror
 from deploy.host.base import platform
@@ -192,6 +193,7 @@ def docker_run_args(
         **gcs_store.container_env(settings, role),
         **(monitoring_config.ray_head_env(settings) if monitoring else {}),  # ray_env may set them otherwise
         **efa.container_env(settings),  # an EFA host's libfabric and NCCL settings; ray_env may set them otherwise
+        **shared_env(settings),  # RAYRIG_SHARED_DIR: where jobs keep their results; ray_env may set it otherwise
         **settings["ray_env"],
         **auth.container_env(settings),
         **tls_ca.container_env(settings),  # {} when ray_tls is off
@@ -211,6 +213,17 @@ def docker_run_args(
     if num_gpus > 0:
         args.append(gpus_option(settings.get("nvidia_visible_devices", "all")))
     return args + [image_mirror.local_name(settings["ray_image"]), *start_args]
+
+
+def shared_env(settings: dict[str, Any]) -> dict[str, str]:
+    """``RAYRIG_SHARED_DIR``, the folder on shared storage where jobs keep their results (the examples read
+    it), when the host has a writable shared mount (:func:`deploy.contract.storage.shared_dir`).
+
+    >>> shared_env({"storage_shared_dir": "/mnt/shared/results", "storage_nfs_mounts": [], "storage_s3_mounts": []})
+    {'RAYRIG_SHARED_DIR': '/mnt/shared/results'}
+    """
+    folder = shared_dir(settings)
+    return {} if folder is None else {"RAYRIG_SHARED_DIR": folder}
 
 
 #: Of Docker's default capabilities, those Ray and its jobs use as root in the container: files owned by

@@ -104,6 +104,7 @@ storage_nfs_server = None  # the inventory host that serves storage_nfs_exports;
 storage_nfs_exports = []
 storage_nfs_mounts = []  # [{"server": "10.0.0.5" or a host name, "export": "/srv/shared", "path": "/mnt/shared"}]
 storage_s3_mounts = []  # [{"bucket": "datasets", "path": "/mnt/datasets", "read_only": True, "endpoint_url": ...}]
+storage_shared_dir = None  # results' folder, RAYRIG_SHARED_DIR in ray-node; None: the first writable shared mount
 storage_s3_credentials = None  # {"access_key_id": ..., "secret_access_key": ...}; None: the EC2 instance profile
 storage_mountpoint_version = "1.24.0"  # Mountpoint for Amazon S3 installed where a mount uses it (if absent)
 storage_mountpoint_url = (  # where its package comes from (or a mirror of it); {version}, {arch}, {ext} filled in

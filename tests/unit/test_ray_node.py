@@ -67,6 +67,31 @@ def test_docker_args_pass_gpus_only_when_there_are_some():
     assert not [a for a in build(nofile=None) if a.startswith("--ulimit")]
 
 
+S3_RO = {"bucket": "datasets", "path": "/mnt/datasets", "read_only": True}
+NFS = {"server": "10.0.0.5", "export": "/srv/shared", "path": "/mnt/shared"}
+
+
+@pytest.mark.parametrize(
+    "changes,expected",
+    [
+        ({}, None),  # no shared storage: no variable
+        ({"storage_s3_mounts": [S3_RO]}, None),  # read-only data is no place for results
+        ({"storage_s3_mounts": [S3_RO, {"bucket": "r", "path": "/mnt/results"}]}, "/mnt/results"),
+        ({"storage_nfs_mounts": [NFS], "storage_s3_mounts": [{"bucket": "r", "path": "/mnt/r"}]}, "/mnt/shared"),
+        ({"storage_nfs_mounts": [{**NFS, "options": "ro,hard"}, {**NFS, "path": "/mnt/rw"}]}, "/mnt/rw"),
+        ({"storage_nfs_mounts": [NFS], "storage_shared_dir": "/mnt/shared/team-a"}, "/mnt/shared/team-a"),
+        ({"storage_nfs_mounts": [NFS], "ray_env": {"RAYRIG_SHARED_DIR": "/mnt/shared/mine"}}, "/mnt/shared/mine"),
+    ],
+)  # fmt: skip
+def test_jobs_find_the_first_writable_shared_mount_as_rayrig_shared_dir(changes, expected):
+    args = build(ray_settings(**changes))
+    found = [a.split("=", 2)[2] for a in args if a.startswith("--env=RAYRIG_SHARED_DIR=")]
+    assert found == ([expected] if expected else [])
+    mounted = [a for a in args if a.startswith("--mount=type=bind,src=/mnt/")]
+    assert all(any(m == f"--mount=type=bind,src={p},dst={p}" for m in mounted) for p in ray_node.mount_points(
+        ray_settings(**changes)))  # fmt: skip  # the folder is on a mount ray-node has
+
+
 def test_ray_node_runs_without_new_privileges_and_with_only_the_capabilities_ray_uses():
     args = build()
     assert "--security-opt=no-new-privileges" in args and "--cap-drop=ALL" in args

@@ -425,12 +425,23 @@ def test_security_and_storage_settings_in_use_are_valid():
         ("storage_s3_mounts", [{**S3_MOUNT, "endpoint_url": "http://10.0.0.9:9000"}],
          "storage_s3_mounts[0]['endpoint_url']", "storage_s3_credentials set too"),
         ("storage_s3_credentials", {"access_key_id": "AKID"}, "storage_s3_credentials", "null (the EC2"),
+        ("storage_shared_dir", "/mnt/elsewhere", "storage_shared_dir", "a writable shared mount point"),
+        ("storage_shared_dir", "mnt/shared", "storage_shared_dir", "null or a shared mount point"),
     ],
 )  # fmt: skip
 def test_bad_security_and_storage_values(key, value, label, expected):
     problems = validate_cluster([head(**{key: value})])
     assert len(problems) == 1, problems
     assert problems[0].key.startswith(label) and problems[0].expected.startswith(expected), problems[0]
+
+
+def test_the_shared_dir_is_on_a_writable_mount():
+    read_only = {"bucket": "datasets", "path": "/mnt/datasets", "read_only": True}
+    assert validate_cluster([head(storage_nfs_mounts=[NFS_MOUNT], storage_shared_dir="/mnt/shared/results")]) == []
+    p = only(validate_cluster([head(storage_s3_mounts=[read_only], storage_shared_dir="/mnt/datasets/out")]))
+    assert (p.key, p.value) == ("storage_shared_dir", "/mnt/datasets/out")
+    p = only(validate_cluster([head(storage_nfs_mounts=[NFS_MOUNT], storage_shared_dir="/mnt/sharedx")]))
+    assert p.expected == "a writable shared mount point, or a folder under one"
 
 
 def test_an_nfs_server_role_needs_exports():

@@ -14,14 +14,14 @@ from collections.abc import Iterator, Sequence
 
 from images import RAY_VERSION
 from rayrig import __version__
-from rayrig.commands import cloud, dashboard, deploy, health, image, lab, operate, submit, tls, token
+from rayrig.commands import cloud, dashboard, deploy, health, image, lab, notebook, operate, submit, tls, token
 from rayrig.errors import run_command
 
 #: Command modules whose ``register(subparsers)`` adds one area each, in ``rayrig --help``'s order:
 #: ``rayrig lab ...``, ``rayrig image ...``, ``rayrig cloud ...``, deploy/check/demo, ``rayrig token ...``,
 #: ``rayrig tls ...``, dashboard, and the day-to-day commands on a running cluster (status, ssh, exec, logs,
-#: ``rayrig health ...``, submit).
-AREAS = (lab, image, cloud, deploy, token, tls, dashboard, operate, health, submit)
+#: ``rayrig health ...``, submit, notebook).
+AREAS = (lab, image, cloud, deploy, token, tls, dashboard, operate, health, submit, notebook)
 
 
 def version() -> str:

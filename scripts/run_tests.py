@@ -21,7 +21,8 @@ run in the foreground, the cloud tier on every core.
 
 When the e2e tier will run, the lab it uses comes up meanwhile, from the first
 pass that tolerates it (after the real-Ray pass): ``python -m tests.e2e.labkit``
-builds the images the first time and starts the hosts, in a process of its own
+builds the images the first time and starts the hosts, then builds the workloads'
+development image (``examples/images/dev``), in a process of its own
 whose output goes to a file; the e2e tier waits for it, and its lab fixture then
 finds the lab in place (or tries again and fails with its own error).
 

@@ -147,6 +147,21 @@ def _push_once(local_registry: str, tag: str, repo: str, version: str, log: Prog
     return image_id
 
 
+def push_to_lab(state: dict[str, Any], tag: str, version: str, log: Progress) -> str:
+    """Push the local image ``tag`` (a project image on the lab's Ray image) into the lab's registry as
+    ``LAB_IMAGE_REPO:version``, unless it has this exact image; return the name the lab's hosts pull it by
+    (for ``ray_image``). The Ray image's repository, because the registry holds its layers there: a
+    registry seeded from a tar is one this machine's Docker never pushed to, so under another repository
+    it would send every layer again, not the project's alone."""
+    local = f"{LAB_IMAGE_REPO}:{version}"
+    docker("tag", tag, local)
+    try:
+        _push_once(state["registry_local"], local, LAB_IMAGE_REPO, version, log)
+    finally:
+        docker("rmi", local, check=False)  # only the extra tag: the image stays cached as ``tag``
+    return f"{state['registry']}/{local}"
+
+
 def ensure_pushed(state: dict[str, Any], ray_version: str, log: Progress) -> None:
     """Push the lab's Ray image and its Prometheus to the lab registry, unless it has these exact images."""
     local_registry = state["registry_local"]

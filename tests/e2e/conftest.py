@@ -53,6 +53,7 @@ MODULE_ORDER = (
     # two workers, each with a lab, finish together.
     "test_lab_cluster",  # [6.5] bring-up, security, storage, boot order (reads the first deploy's output)
     "test_lab_health",  # [10.0] the health gate: a soak, a starved worker, a full disk, the limit, off
+    "test_lab_workloads",  # [6.6] the examples and the notebook on the development image, the shared mount
     "test_lab_rolling",  # [6.4] rolling changes and head failure
     "test_lab_tls",  # [5.2] Ray TLS with the cluster's CA: on, clients refused and admitted, off again
     "test_lab_checks",  # [4.5] the checks on a sick cluster: a starved worker, a paused one

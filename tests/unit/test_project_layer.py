@@ -99,6 +99,36 @@ def test_changing_only_the_requirements_leaves_the_ray_build_as_it_was(tmp_path,
     assert project1_files["requirements.txt"] != project2_files["requirements.txt"]
 
 
+FAMILY = sorted((Path(images.__file__).parents[1] / "examples" / "images").glob("*/requirements.txt"))
+#: Dockerfile instructions that add a filesystem layer to an image.
+LAYER_MAKING = ("RUN ", "COPY ", "ADD ")
+
+
+def final_stage_layers(dockerfile: str) -> list[str]:
+    """The instructions of the Dockerfile's last stage that add a layer (the stage's FROM excluded)."""
+    last = dockerfile.rsplit("\nFROM ", 1)[1]
+    return [line for line in last.splitlines()[1:] if line.startswith(LAYER_MAKING)]
+
+
+def test_two_project_images_of_the_family_share_every_layer_below_their_own(builds):
+    """examples/images: each project image is the Ray image's layers and one of its own, so two of them share
+    every layer below their own (a host that has one pulls one layer for the other)."""
+    assert {p.parent.name for p in FAMILY} >= {"train", "serve", "dev"}
+    layers: dict[str, list[str]] = {}
+    for requirements in FAMILY:
+        project_layer.read_requirements(requirements)  # each is a requirements file the build takes
+        tag = f"me/{requirements.parent.name}:1"
+        project_layer.build_with_requirements(tag, requirements, "rayrig/ray:2.60.0", base_image="debian:bookworm")
+        (ray_tag, ray_files, ray_kw), (project_tag, files, kw) = builds[-2:]
+        assert (ray_tag, project_tag, kw["base_image"]) == ("rayrig/ray:2.60.0", tag, "rayrig/ray:2.60.0")
+        assert (ray_files, ray_kw) == (builds[0][1], builds[0][2])  # the same Ray image under every project
+        own = final_stage_layers(files["Dockerfile"].decode())
+        assert len(own) == 1, own  # one layer of its own: the project's files, copied from the builder stage
+        layers[tag] = ["rayrig/ray:2.60.0 layers", f"{tag}: {own[0]} of {files['requirements.txt'].splitlines()[-1]}"]
+    serve, dev = layers["me/serve:1"], layers["me/dev:1"]
+    assert serve[:-1] == dev[:-1] and serve[-1] != dev[-1]
+
+
 def test_the_project_image_needs_a_tag_of_its_own(reqs, builds):
     with pytest.raises(ValueError, match="needs a tag of its own: rayrig/ray:2.60.0 is the Ray image's"):
         project_layer.build_with_requirements("rayrig/ray:2.60.0", reqs, "rayrig/ray:2.60.0")

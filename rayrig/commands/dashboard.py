@@ -37,7 +37,8 @@ def _cmd_dashboard(args: argparse.Namespace) -> int:
             raise dashboard.DashboardError(f"the tunnel closed: {tunnel.failure()}")
 
 
-def _port(text: str) -> int:
+def port_number(text: str) -> int:
+    """A port argument, 1-65535 (argparse's type for every port option of the commands)."""
     try:
         port = int(text)
     except ValueError:
@@ -52,14 +53,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("dashboard", help="open an SSH tunnel to the head's dashboard and print its URL")
     parser.add_argument("inventory", help="pyinfra inventory file, e.g. inventories/prod.py")
     parser.add_argument(
-        "--local-port", type=_port, default=None, help="port on this machine (default: the dashboard's port)"
+        "--local-port", type=port_number, default=None, help="port on this machine (default: the dashboard's port)"
     )
     parser.add_argument(
-        "--local-prometheus-port", type=_port, default=None,
+        "--local-prometheus-port", type=port_number, default=None,
         help="port on this machine for Prometheus, with monitoring on (default: its own, monitoring_prometheus_port)",
     )  # fmt: skip
     parser.add_argument(
-        "--local-grafana-port", type=_port, default=None,
+        "--local-grafana-port", type=port_number, default=None,
         help="port on this machine for Grafana, with monitoring on (default: its own, monitoring_grafana_port)",
     )  # fmt: skip
     parser.add_argument("--print-command", action="store_true", help="print the ssh command instead of running it")

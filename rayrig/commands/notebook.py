@@ -22,7 +22,7 @@ import argparse
 import sys
 
 from rayrig import dashboard, notebook
-from rayrig.commands.dashboard import _port
+from rayrig.commands.dashboard import port_number
 from rayrig.inventory import load_inventory
 
 
@@ -60,9 +60,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "readable by you alone. Exit 0 after Ctrl-C, 1 when it cannot start or ends on its own, 2 bad usage.",
     )
     parser.add_argument("inventory", help="pyinfra inventory file, e.g. inventories/prod.py")
-    parser.add_argument("--local-port", type=_port, default=None, help="port on this machine (default: a free one)")
     parser.add_argument(
-        "--remote-port", type=_port, default=notebook.DEFAULT_REMOTE_PORT,
+        "--local-port", type=port_number, default=None, help="port on this machine (default: a free one)"
+    )
+    parser.add_argument(
+        "--remote-port", type=port_number, default=notebook.DEFAULT_REMOTE_PORT,
         help="JupyterLab's port on the head's loopback (default: %(default)s)",
     )  # fmt: skip
     parser.add_argument(

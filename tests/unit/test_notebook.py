@@ -35,47 +35,8 @@ IMAGE = "rayproject/ray:2.60.0-py311-gpu"
 CLUSTER = "lab"
 HEAD = "192.0.2.10"
 
-#: ``ssh [options] -- HOST COMMAND`` runs COMMAND here with ``sh -c``, its standard input inherited;
-#: ``ssh -N -L 127.0.0.1:L:H:R ... -- HOST`` forwards L to H:R and says so as OpenSSH's ``-v`` does.
-#: Each records its argv and pid in ``$FAKE_SSH_RECORDS/PID.json``.
-FAKE_SSH = r"""
-import contextlib, json, os, socket, sys, threading
-argv = sys.argv[1:]
-with open(os.path.join(os.environ["FAKE_SSH_RECORDS"], f"{os.getpid()}.json"), "w") as record:
-    json.dump({"argv": argv, "pid": os.getpid()}, record)
-if "-N" not in argv:
-    at = argv.index("--")
-    os.execvp("sh", ["sh", "-c", " ".join(argv[at + 2:])])
-_, local_port, host, remote_port = argv[argv.index("-L") + 1].rsplit(":", 3)
-
-
-def pipe(source, sink):
-    try:
-        while data := source.recv(65536):
-            sink.sendall(data)
-    except OSError:
-        pass
-    finally:
-        for end in (source, sink):
-            with contextlib.suppress(OSError):
-                end.shutdown(socket.SHUT_RDWR)
-
-
-def forward(client):
-    try:
-        upstream = socket.create_connection((host, int(remote_port)))
-    except OSError:  # nothing listens there yet: OpenSSH closes the connection
-        client.close()
-        return
-    threading.Thread(target=pipe, args=(upstream, client), daemon=True).start()
-    pipe(client, upstream)
-
-
-server = socket.create_server(("127.0.0.1", int(local_port)))
-print(f"debug1: Local forwarding listening on 127.0.0.1 port {local_port}.", file=sys.stderr, flush=True)
-while True:
-    threading.Thread(target=forward, args=(server.accept()[0],), daemon=True).start()
-"""
+#: ``ssh``: runs a command here, or forwards a port, recording each run in ``$FAKE_SSH_RECORDS/PID.json``.
+FAKE_SSH = Path(__file__).parent / "fixtures" / "submit" / "fake_ssh.py"
 
 FAKE_SUDO = """#!/bin/sh
 [ "$1" = -n ] && shift
@@ -163,9 +124,7 @@ class FakeHead:
         self.home, self.shared = tmp_path / "home", tmp_path / "shared"
         for folder in (self.bin, self.container_bin, self.site / "jupyterlab", self.records, self.home, self.shared):
             folder.mkdir(parents=True)
-        ssh = self.root / "fake_ssh.py"
-        ssh.write_text(FAKE_SSH)
-        self._program(self.bin / "ssh", f'#!/bin/sh\nexec {sys.executable} {ssh} "$@"\n')
+        self._program(self.bin / "ssh", f'#!/bin/sh\nexec {sys.executable} {FAKE_SSH} "$@"\n')
         self._program(self.bin / "sudo", FAKE_SUDO)
         self._program(self.bin / "docker", FAKE_DOCKER)
         python = f'#!/bin/sh\nPYTHONPATH="{self.site}" exec {sys.executable} "$@"\n'  # finds the fake jupyter

@@ -177,6 +177,17 @@ def _listening(port: int) -> bool:
         return probe.connect_ex(("127.0.0.1", port)) == 0
 
 
+def stop(process: subprocess.Popen, wait_s: float = 10) -> None:
+    """End ``process`` if it still runs: SIGTERM, then SIGKILL after ``wait_s``; it is reaped either way."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=wait_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
 class Tunnel:
     """A running ``ssh -N -L``; ssh's messages go to a temporary file (a pipe nobody reads would fill)."""
 
@@ -212,13 +223,7 @@ class Tunnel:
 
     def close(self) -> None:
         """Stop ssh (if it still runs) and forget its messages."""
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop(self.process)
         self._messages.close()
 
     def __enter__(self) -> Tunnel:

@@ -238,13 +238,7 @@ class Server:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.process.wait(timeout=STOP_WAIT_S)
         finally:  # also after a second Ctrl-C: no ssh stays behind
-            if self.process.poll() is None:
-                self.process.terminate()
-                try:
-                    self.process.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    self.process.kill()
-                    self.process.wait()
+            dashboard.stop(self.process, wait_s=5)
             self._messages.close()
 
 

@@ -15,9 +15,9 @@ How a session runs (:func:`probe`, then :func:`session`):
 2. The tunnel: ``rayrig dashboard``'s (:func:`rayrig.dashboard.open_tunnel`), to the head's
    127.0.0.1:``remote_port`` instead of the dashboard (ray-node runs with ``--network=host``, so the
    server's loopback is the head's).
-3. :class:`Server`: one long-lived ``ssh HEAD sudo -n docker exec -i ray-node sh -c SERVER_SCRIPT``.
+3. :class:`Server`: one long-lived ``ssh HEAD sudo -n docker exec -i ray-node python -c SERVER_SCRIPT``.
    The session's token (``secrets.token_urlsafe(32)``) is the first line of that ssh's standard
-   input: never on a command line, here or there. The script gives it to JupyterLab alone as
+   input: never on a command line, here or there. The supervisor gives it to JupyterLab alone as
    ``JUPYTER_TOKEN``, starts it on 127.0.0.1 in the background (its log in the container's
    ``/tmp/rayrig-notebook-PORT.log``), and waits for the end of its standard input: closing it
    here, or the ssh dying for any reason, stops the server.
@@ -98,39 +98,45 @@ s.bind(("127.0.0.1", int(sys.argv[1])))'
 if python -c "$bind" "$1" >/dev/null 2>&1; then echo "PORT free"; else echo "PORT taken"; fi
 """
 
-#: The server, inside ray-node (``docker exec -i``); $1 the port, $2 the notebook folder, $3 the log file,
-#: $4 how many of its lines a failure shows.
-#: The first line of standard input is the token, in JupyterLab's environment alone (``JUPYTER_TOKEN``); the end
-#: of standard input stops the server (TERM, then KILL after 10 s). A server that ends on its own ends the script
-#: with status 1 and its log's last lines.
-#: A background job reads /dev/null unless told otherwise, hence the real standard input kept on fd 3.
+#: The server's supervisor, inside ray-node (``docker exec -i ... python -c``, the image's Python); its arguments:
+#: the port, the notebook folder, the log file, how many of its lines a failure shows. The first line of
+#: standard input is the token, given to JupyterLab alone (``JUPYTER_TOKEN`` in its environment); the end of
+#: standard input stops the server (TERM, then KILL after 10 s), reaped as soon as it exits. A server that
+#: ends on its own ends the supervisor with status 1 and its log's last lines.
 SERVER_SCRIPT = r"""
-port=$1 root=$2 log=$3
-IFS= read -r token || { echo "rayrig notebook: no token on standard input" >&2; exit 2; }
-rm -f "$log"
-(umask 077 && : >"$log")
-exec 3<&0 0</dev/null
-JUPYTER_TOKEN=$token python -m jupyter lab --ip=127.0.0.1 --port="$port" --ServerApp.port_retries=0 \
-  --no-browser --allow-root --ServerApp.allow_remote_access=False --ServerApp.root_dir="$root" \
-  3<&- >"$log" 2>&1 &
-server=$!
-token=
-cat <&3 >/dev/null 3<&- &
-reader=$!
-exec 3<&-
-while kill -0 "$server" 2>/dev/null && kill -0 "$reader" 2>/dev/null; do sleep 1; done
-if kill -0 "$server" 2>/dev/null; then
-  kill "$server"
-  i=0
-  while kill -0 "$server" 2>/dev/null && [ "$i" -lt 10 ]; do sleep 1; i=$((i + 1)); done
-  kill -9 "$server" 2>/dev/null
-  exit 0
-fi
-kill "$reader" 2>/dev/null
-wait "$server"
-echo "JupyterLab exited with status $?; the last lines of its log $log:" >&2
-tail -n "$4" "$log" >&2
-exit 1
+import os, subprocess, sys, threading
+port, root, log, lines = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+token = sys.stdin.readline().rstrip("\n")
+if not token:
+    sys.exit("rayrig notebook: no token on standard input")
+if os.path.lexists(log):
+    os.unlink(log)
+out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+server = subprocess.Popen(
+    [sys.executable, "-m", "jupyter", "lab", "--ip=127.0.0.1", f"--port={port}", "--ServerApp.port_retries=0",
+     "--no-browser", "--allow-root", "--ServerApp.allow_remote_access=False", f"--ServerApp.root_dir={root}"],
+    stdin=subprocess.DEVNULL, stdout=out, stderr=out, env={**os.environ, "JUPYTER_TOKEN": token},
+)
+token = None
+os.close(out)
+ended = threading.Event()
+threading.Thread(target=lambda: (sys.stdin.read(), ended.set()), daemon=True).start()
+while not ended.is_set() and server.poll() is None:
+    ended.wait(0.2)
+if server.poll() is None:
+    server.terminate()
+    try:
+        server.wait(10)
+    except subprocess.TimeoutExpired:
+        server.kill()
+        server.wait()
+    sys.exit(0)
+code = server.returncode
+how = f"was killed by signal {-code}" if code < 0 else f"exited with status {code}"
+print(f"JupyterLab {how}; the last lines of its log {log}:", file=sys.stderr)
+with open(log, errors="replace") as said:
+    sys.stderr.write("".join(said.readlines()[-lines:]))
+sys.exit(1)
 """
 
 #: The page that logs the browser in (Jupyter's own browser-open.html, in short).
@@ -203,7 +209,7 @@ def probe(inventory: Inventory, port: int, root_dir: str | None) -> Probe:
 
 def server_command(head: Host, port: int, root_dir: str) -> str:
     """The long-lived remote command line (:data:`SERVER_SCRIPT`); it holds no secret."""
-    script = ["sh", "-c", SERVER_SCRIPT, "_", str(port), root_dir, log_file(port), str(LOG_LINES)]
+    script = ["python", "-c", SERVER_SCRIPT, str(port), root_dir, log_file(port), str(LOG_LINES)]
     return shlex.join([*head.as_root, "docker", "exec", "-i", head.container, *script])
 
 

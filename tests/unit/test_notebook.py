@@ -416,7 +416,7 @@ def test_a_server_that_ends_on_its_own_ends_the_session_with_its_log(head):
     status, _, err = notebook.finish()
     assert status == 1, err
     assert f"rayrig notebook: JupyterLab in ray-node on head {HEAD} stopped (ssh exited with status 1)" in err
-    assert "  JupyterLab exited with status 137; the last lines of its log" in err
+    assert "  JupyterLab was killed by signal 9; the last lines of its log" in err
     assert not head.leftovers() and not any(path.exists() for path in login_files(head))
 
 

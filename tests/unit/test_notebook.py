@@ -171,6 +171,12 @@ class FakeHead:
         return Notebook(self, ["--remote-port", str(self.remote_port), *options], local_port)
 
 
+def ctrl_c_delivered() -> None:
+    """SIGINT back to its default in the command, as in a terminal: a test run started in the background by a
+    shell (CI's may be) has it ignored, which its children inherit, and Python then raises no KeyboardInterrupt."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class Notebook:
     """``python -m rayrig notebook INVENTORY OPTIONS``, running; its output collected as it comes."""
 
@@ -179,7 +185,8 @@ class Notebook:
         self.local_port = local_port or dashboard.free_port()
         argv = [sys.executable, "-m", "rayrig", "notebook", str(head.inventory), "--local-port", str(self.local_port)]
         self.process = subprocess.Popen([*argv, *options], cwd=repo_root(), env=head.env, stdout=subprocess.PIPE,
-                                        stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)  # fmt: skip
+                                        stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
+                                        preexec_fn=ctrl_c_delivered)  # fmt: skip
         self.out: list[str] = []
         self.err: list[str] = []
         self.readers = [threading.Thread(target=self._read, args=pair, daemon=True)

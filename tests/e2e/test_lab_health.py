@@ -5,8 +5,8 @@ and nothing of it left on any host.
 
 One worker's Ray temp folder is a 256 MiB tmpfs for the module (mounted before the gate's deploy,
 so that the ray-node container mounts it), so that filling it (fallocate) takes no space from
-this machine. ``RAYRIG_HEALTH_SOAK_S`` sets the soak's length (60 s here, or as long as the benchmark
-takes; the 10-minute soak: 600), ``RAYRIG_HEALTH_REPEAT`` how many times the starved worker's fault is repeated (its
+this machine. ``RAYRIG_HEALTH_SOAK_S`` sets the soak's length (120 s here; the 10-minute
+soak: 600), ``RAYRIG_HEALTH_REPEAT`` how many times the starved worker's fault is repeated (its
 times are printed: fault to quarantine, repair to an alive node again).
 """
 
@@ -48,7 +48,7 @@ GATE = {
     "health_max_quarantined": 1,
     "checks_enabled": False,
 }
-SOAK_S = float(os.environ.get("RAYRIG_HEALTH_SOAK_S", "60"))
+SOAK_S = float(os.environ.get("RAYRIG_HEALTH_SOAK_S", "120"))
 REPEAT = int(os.environ.get("RAYRIG_HEALTH_REPEAT", "1"))
 STARVED_CPUS = 1 / 30
 TMPFS_MIB = 256

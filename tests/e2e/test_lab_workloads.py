@@ -214,8 +214,10 @@ def test_a_served_model_answers_members_and_no_one_else(lab, cluster):
     try:
         body = json.dumps({"x": [0.1] * 8})
         member = lab.workers[0]
-        for h in lab.hosts:  # Serve's proxy on every node
-            command = f"curl -s -m 10 -X POST http://{h['address']}:{SERVE_PORT}/predict -d '{body}'"
+        for h in lab.hosts:  # Serve's proxy on every node: Serve starts those of the other nodes soon after
+            url = f"http://{h['address']}:{SERVE_PORT}/predict"
+            ask = f"curl -sf -m 10 -X POST {url} -d '{body}'"
+            command = f"for i in $(seq 60); do {ask} && exit 0; sleep 2; done; exit 7"
             answer = json.loads(lab.sh(member, command))
             assert len(answer["y"]) == 1 and answer["replica_node"], answer
         shut = outsider_probe(lab, [(h["address"], SERVE_PORT) for h in lab.hosts])

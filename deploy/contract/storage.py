@@ -19,7 +19,7 @@ def writable(mount: Mapping[str, Any]) -> bool:
 
 def shared_dir(settings: Mapping[str, Any]) -> str | None:
     """The folder jobs keep their results in (``RAYRIG_SHARED_DIR`` in ray-node): ``storage_shared_dir``,
-    else the first writable shared mount as :func:`mount_points` lists them; None without one.
+    else the first writable shared mount, NFS then S3 as the data lists them; None without one.
 
     >>> shared_dir({"storage_shared_dir": None, "storage_nfs_mounts": [],
     ...             "storage_s3_mounts": [{"bucket": "d", "path": "/mnt/d", "read_only": True},

@@ -47,6 +47,10 @@ from pathlib import Path
 TIERS = ("unit", "plan", "cloud", "e2e")
 #: pytest-xdist workers for the passes whose tests are independent and CPU-bound (2 cores here).
 WORKERS = "2"
+#: The lab's scenarios' workers, one lab each (RAYRIG_E2E_WORKERS to try another number). Two keep 2 cores
+#: about 80% busy; three overloaded them: every module ran slower and the health gate's timing scenarios
+#: failed (docs/development.md, "CI").
+LAB_WORKERS = os.environ.get("RAYRIG_E2E_WORKERS", "2")
 
 
 @dataclass(frozen=True)
@@ -62,6 +66,7 @@ class Pass:
     dist: str | None = None  # xdist's --dist: "loadfile" keeps a module on one worker (and its lab)
     shards: int = 0  # instead of xdist: this many pytest processes side by side, each on some of the files
     beside_lab: bool = False  # in the background beside the lab's scenarios when they run (output printed after)
+    workers: str = WORKERS  # xdist's workers when parallel (the lab's scenarios: one lab each)
 
 
 PASSES = {
@@ -74,7 +79,7 @@ PASSES = {
         # Docker but not the lab: beside the lab's scenarios too
         Pass("e2e", "no_lab", parallel=False, beside_lab=True),
         # one lab per worker; a module and its tests stay on one worker, in MODULE_ORDER as workers free up
-        Pass("e2e", "not no_lab", lab_meanwhile=False, needs_lab=True, dist="loadfile"),
+        Pass("e2e", "not no_lab", lab_meanwhile=False, needs_lab=True, dist="loadfile", workers=LAB_WORKERS),
     ),
 }
 SLOWEST = 10
@@ -160,7 +165,7 @@ def pytest_command(step: Pass, junit: Path, extra: list[str], background: bool =
         command += ["-m", step.marker]
     if step.parallel and not background and not argv_workers(extra):
         # --no-loadscope-reorder: modules in collection order (MODULE_ORDER), not by their number of tests
-        command += ["-n", WORKERS] + (["--dist", step.dist, "--no-loadscope-reorder"] if step.dist else [])
+        command += ["-n", step.workers] + (["--dist", step.dist, "--no-loadscope-reorder"] if step.dist else [])
     return command + extra
 
 
@@ -176,7 +181,8 @@ def lab_workers(extra: list[str]) -> int:
             if flag in ("-n", "--numprocesses") and value.isdigit():
                 return int(value)
         return 0
-    return int(WORKERS) if PASSES["e2e"][-1].parallel else 0
+    lab_pass = PASSES["e2e"][-1]
+    return int(lab_pass.workers) if lab_pass.parallel else 0
 
 
 def shard_files(tier: str, shards: int) -> list[list[str]]:

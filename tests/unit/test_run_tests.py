@@ -63,7 +63,8 @@ def test_the_real_ray_tests_run_first_and_alone_and_the_rest_of_the_cpu_tiers_on
     assert commands[3][3:] == ["tests/cloud", f"--junitxml={junit}", "-n", "2", "-x"]
     assert steps[2].shards == 2 and not steps[2].parallel  # the plan tier: gevent stalls xdist's workers
     assert commands[4][3:] == ["tests/e2e", f"--junitxml={junit}", "-m", "no_lab", "-x"]
-    e2e_lab = ["tests/e2e", f"--junitxml={junit}", "-m", "not no_lab", "-n", "2", "--dist", "loadfile",
+    labs = run_tests.LAB_WORKERS  # one lab per worker, RAYRIG_E2E_WORKERS of them
+    e2e_lab = ["tests/e2e", f"--junitxml={junit}", "-m", "not no_lab", "-n", labs, "--dist", "loadfile",
                "--no-loadscope-reorder", "-x"]  # fmt: skip
     assert commands[5][3:] == e2e_lab  # one lab per worker, a module on one of them
     assert run_tests.pytest_command(steps[3], junit, ["-n", "0"]).count("-n") == 1  # argv decides
@@ -78,9 +79,9 @@ def test_the_plan_tiers_shards_hold_each_file_once_in_two_lists_of_about_the_sam
     assert max(sizes) <= 1.25 * min(sizes), sizes
 
 
-@pytest.mark.parametrize(("extra", "labs"), [([], 2), (["-n", "3"], 3), (["-n", "0"], 0), (["-p", "no:xdist"], 0)])
+@pytest.mark.parametrize(("extra", "labs"), [([], None), (["-n", "2"], 2), (["-n", "0"], 0), (["-p", "no:xdist"], 0)])
 def test_one_background_lab_per_e2e_worker(extra, labs):
-    assert run_tests.lab_workers(extra) == labs
+    assert run_tests.lab_workers(extra) == (int(run_tests.LAB_WORKERS) if labs is None else labs)
 
 
 def test_the_summary_is_one_table_the_slowest_tests_and_the_closing_line(tmp_path: Path):

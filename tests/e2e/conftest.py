@@ -53,8 +53,10 @@ MODULE_ORDER = (
     # two workers, each with a lab, finish together.
     "test_lab_cluster",  # [6.5] bring-up, security, storage, boot order (reads the first deploy's output)
     "test_lab_health",  # [10.0] the health gate: a soak, a starved worker, a full disk, the limit, off
-    "test_lab_workloads",  # [6.6] the examples and the notebook on the development image, the shared mount
     "test_lab_rolling",  # [6.4] rolling changes and head failure
+    # [6.6] the examples and the notebook on the development image, the shared mount: never a lab's first
+    # module, so that its deploy changes a deployed cluster (as users change theirs), not fresh hosts
+    "test_lab_workloads",
     "test_lab_tls",  # [5.2] Ray TLS with the cluster's CA: on, clients refused and admitted, off again
     "test_lab_checks",  # [4.5] the checks on a sick cluster: a starved worker, a paused one
     "test_lab_membership",  # [4.0] grow and shrink

@@ -48,8 +48,8 @@ TIERS = ("unit", "plan", "cloud", "e2e")
 #: pytest-xdist workers for the passes whose tests are independent and CPU-bound (2 cores here).
 WORKERS = "2"
 #: The lab's scenarios' workers, one lab each (RAYRIG_E2E_WORKERS to try another number). Two keep 2 cores
-#: about 80% busy; three overloaded them: every module ran slower and the health gate's timing scenarios
-#: failed (docs/development.md, "CI").
+#: about 80% busy; three overloaded them: every module ran slower and tests failed under the load
+#: (docs/development.md, "CI").
 LAB_WORKERS = os.environ.get("RAYRIG_E2E_WORKERS", "2")
 
 

@@ -286,7 +286,11 @@ def converge(lab: Lab, inventory: str | Path, extra: tuple[str, ...], r: Round, 
 
 
 def last_error(output: str) -> str:
-    lines = [line for line in ANSI.sub("", output).splitlines() if "error" in line.lower()]
+    lines = [
+        line.strip()
+        for line in ANSI.sub("", output).splitlines()
+        if "error" in line.lower() and "No Change" not in line
+    ]  # fmt: skip (not the results table's header)
     return (lines[-1] if lines else output.strip().splitlines()[-1] if output.strip() else "no output")[-300:]
 
 
@@ -335,7 +339,9 @@ class Campaign:
         total = self.operations[scenario]
         hosts = [h["name"] for h in self.lab.hosts]
         host = "" if kind in ("kill", "interrupt") else self.rng.choice(hosts)
-        return Round(number, scenario, kind, host, self.rng.randint(1, total), total)
+        # a full disk bites only before the writes into rayrig's folder, which come in the first half
+        last = total if kind != "disk-full" else max(1, total // 2)
+        return Round(number, scenario, kind, host, self.rng.randint(1, last), total)
 
     def run_round(self, r: Round) -> Round:
         self.prepare(r.scenario)
@@ -345,6 +351,8 @@ class Campaign:
                  f"at operation {r.cut_at} of about {r.operations}")  # fmt: skip
         try:
             output = cut_deploy(self.lab, inventory, extra, r, victim, self.rng)
+            if r.cut_rc not in (0, None):
+                self.log(f"round {r.number}: the cut deploy exited {r.cut_rc}: {last_error(output)}")
             if r.kind == "disk-full" and victim is not None:
                 cause = "No space left on device" in output
                 r.named = cause and (victim["name"] in output or victim["address"] in output)

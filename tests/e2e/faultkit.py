@@ -38,13 +38,12 @@ import random
 import re
 import signal
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
 from cloud import lab as local
-from cloud import ssh as remote
+from cloud.ec2 import waits
 from cloud.lab.engine import docker
 from cloud.lab.state import lab_image_tag
 from deploy.contract.paths import repo_root
@@ -59,6 +58,7 @@ from tests.e2e.labkit import (
     changed_operations,
     cluster_state,
     deploy,
+    deploy_command,
     inventory_variant,
     upstream_digest,
 )
@@ -93,7 +93,6 @@ class Round:
     operations: int  # how many operations the scenario's deploy starts
     operation: str = ""  # the cut operation's name, as pyinfra printed it
     cut_rc: int | None = None  # the cut deploy's exit status (None: it hung and was killed)
-    named: bool | None = None  # disk-full: the cut deploy named the host and the cause
     converged: bool = False
     converge_s: float = 0.0
     problems: list[str] = dataclasses.field(default_factory=list)
@@ -109,11 +108,8 @@ def in_host(h: dict, command: str, timeout: float = 120, check: bool = True) -> 
 
 
 def wait_for_ssh(h: dict, seconds: float = 180) -> None:
-    deadline = time.monotonic() + seconds
-    while not remote.ssh_answers(h["address"], timeout=2.0):
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{h['name']}: sshd does not answer {seconds:.0f} s after the fault")
-        time.sleep(2)
+    if waits.wait_for_ssh([h["address"]], timeout_s=seconds, say=lambda _line: None):
+        raise RuntimeError(f"{h['name']}: sshd does not answer {seconds:.0f} s after the fault")
 
 
 # --- The faults --------------------------------------------------------------------------------------------
@@ -172,7 +168,7 @@ def restart_dockerd(h: dict) -> None:
 def cut_deploy(lab: Lab, inventory: str | Path, extra: tuple[str, ...], r: Round, victim: dict | None, rng):
     """Run the deploy; when it starts operation ``r.cut_at``, the fault. Returns the deploy's output."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "pyinfra", str(inventory), "deploy/cluster.py", "-y", *extra],
+        deploy_command(inventory, *extra),
         cwd=repo_root(), env={**os.environ, "RAYRIG_LAB": LAB}, stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT, text=True, start_new_session=True,
     )  # fmt: skip
@@ -355,10 +351,10 @@ class Campaign:
                 self.log(f"round {r.number}: the cut deploy exited {r.cut_rc}: {last_error(output)}")
             if r.kind == "disk-full" and victim is not None:
                 cause = "No space left on device" in output
-                r.named = cause and (victim["name"] in output or victim["address"] in output)
+                named = cause and (victim["name"] in output or victim["address"] in output)
                 # exit 0: nothing the deploy had left to do needed the room (the checks below still hold it
                 # to a converged cluster); a failure must name the host and the cause
-                if r.cut_rc != 0 and not r.named:
+                if r.cut_rc != 0 and not named:
                     r.problems.append(f"the failure does not name the host and the cause: {last_error(output)}")
                 free_rayrig_folder(victim)
             if r.kind in ("reboot", "ssh-drop") and victim is not None:

@@ -45,11 +45,16 @@ HOSTS = 3
 LAB_INVENTORY = "inventories/lab.py"
 
 
+def deploy_command(inventory: str | Path, *extra: str) -> list[str]:
+    """The deploy's command line, as a user types it (run in the repository, ``RAYRIG_LAB`` set)."""
+    return [sys.executable, "-m", "pyinfra", str(inventory), "deploy/cluster.py", "-y", *extra]
+
+
 def deploy(inventory: str | Path, *extra: str) -> subprocess.CompletedProcess:
     """Run the deploy with pyinfra, as a user would, and return its output."""
     started = time.monotonic()
     result = subprocess.run(
-        [sys.executable, "-m", "pyinfra", str(inventory), "deploy/cluster.py", "-y", *extra],
+        deploy_command(inventory, *extra),
         cwd=repo_root(),
         env={**os.environ, "RAYRIG_LAB": LAB},
         capture_output=True,

@@ -30,10 +30,12 @@ from deploy.ray.cluster_token import settle_token_once
 from deploy.ray.membership import check_membership, record_members
 from deploy.ray.ray_node import ray_node
 from deploy.run import pyinfra_costs
+from deploy.run.interrupt import exit_130_on_interrupt
 from deploy.run.timings import start_phase_clock
 from deploy.run.validate import validate_once
 from deploy.storage.mounts import storage
 
+exit_130_on_interrupt()  # pyinfra's CLI exits 0 on Ctrl-C: a cut deploy must not read as done
 pyinfra_costs.install()  # pyinfra's operation order, read off the frames: the same, faster
 validate_once(host.state, inventory)
 start_phase_clock(host.state)

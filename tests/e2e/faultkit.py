@@ -24,7 +24,8 @@ filler removed); the next plain deploy of the same inventory must then converge:
 - rayrig's firewall table is loaded on every host.
 
 A full disk cannot converge while it is full: the cut deploy must fail naming the host and the
-cause, and the run after the cleanup converges like the others.
+cause, and the run after the cleanup converges like the others. A deploy cut by Ctrl-C must exit
+130 (``deploy/run/interrupt.py``), not pyinfra's own 0.
 
 The faults act from this machine on the lab's containers (``docker exec``, ``docker network``), as a
 cloud console would: never through the SSH path a fault may have cut.
@@ -49,6 +50,7 @@ from cloud.lab.state import lab_image_tag
 from deploy.contract.paths import repo_root
 from deploy.firewall import nftables
 from deploy.ray import auth, ray_node, tls_ca
+from deploy.run.interrupt import INTERRUPTED
 from tests.e2e.labkit import (
     ANSI,
     HOSTS,
@@ -349,6 +351,8 @@ class Campaign:
             output = cut_deploy(self.lab, inventory, extra, r, victim, self.rng)
             if r.cut_rc not in (0, None):
                 self.log(f"round {r.number}: the cut deploy exited {r.cut_rc}: {last_error(output)}")
+            if r.kind == "interrupt" and r.cut_at <= r.operations and r.cut_rc != INTERRUPTED:
+                r.problems.append(f"Ctrl-C ended the deploy with exit status {r.cut_rc}, not {INTERRUPTED}")
             if r.kind == "disk-full" and victim is not None:
                 cause = "No space left on device" in output
                 named = cause and (victim["name"] in output or victim["address"] in output)

@@ -184,7 +184,8 @@ def _node_id(container: str) -> str | None:
 
 def drain(container: str, node_id: str, reason: str, drain_s: int) -> dict[str, Any]:
     """Ask Ray, from ``container`` (the head's, or the node's own), to drain node ``node_id``: no new work, running
-    tasks may finish within ``drain_s``, and its raylet ends once idle."""
+    tasks may finish within ``drain_s``. A drained raylet does not end by itself (Ray 2.60): the transient
+    timer stops the unit at the deadline."""
     done = _run(
         ["docker", "exec", container, "ray", "drain-node", "--address=auto", f"--node-id={node_id}",
          "--reason=DRAIN_NODE_REASON_PREEMPTION", f"--reason-message=rayrig health gate: {reason}",

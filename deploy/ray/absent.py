@@ -3,9 +3,11 @@
 On a host marked absent (never the head, nor the NFS server: the inventory check refuses
 both), ensures, in this order:
 
-- its Ray node drained: Ray is asked to move no new work to it and the node ends once idle,
-  within ``ray_drain_timeout_s`` (default 120 s). Past that bound, or when Ray does not take
-  the request, the step warns (pyinfra prints it as an ignored error) and the removal goes on;
+- its Ray node drained: Ray is asked to move no new work to it, and the step waits until the GCS
+  sees no work left on the node (a drained raylet does not end by itself in Ray 2.60: whoever
+  removes the node stops it, here the next step), within ``ray_drain_timeout_s`` (default 120 s).
+  Past that bound, or when Ray does not take the request, the step warns (pyinfra prints it as an
+  ignored error) and the removal goes on;
 - the ``ray-node`` service stopped and disabled, its unit removed, the ``ray-node`` and
   ``ray-node-previous`` containers removed;
 - its shared mounts unmounted and their units removed, S3 credentials and any NFS exports file

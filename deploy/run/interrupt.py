@@ -1,12 +1,12 @@
 """A deploy stopped with Ctrl-C exits with status 130, not 0.
 
-pyinfra's command line answers SIGINT with "Exiting upon user request!" and exit
-status 0 (``pyinfra_cli/main.py``), so a script, a Makefile or a CI job that runs
-the deploy would take one cut short for one that finished. The deploy file calls
-:func:`exit_130_on_interrupt` first: pyinfra's handler still prints its line and
-ends the run, and the status it exits with becomes ``128 + SIGINT`` (the shell's
-own convention for a command stopped by Ctrl-C). The next plain run picks up
-where this one stopped (docs/guides/rolling.md, "A deploy cut short").
+pyinfra's command line answers SIGINT with "Exiting upon user request!" and exit status 0
+(``pyinfra_cli/main.py``), so a script, a Makefile or a CI job that runs the deploy would take
+one cut short for one that finished, and checks cut short for a PASS. The deploy files
+(``deploy/cluster.py``, ``deploy/check.py``) call :func:`exit_130_on_interrupt` first: pyinfra's
+handler still prints its line and ends the run, and the status it exits with becomes
+``128 + SIGINT`` (the shell's own convention for a command stopped by Ctrl-C). The next plain run
+picks up where this one stopped (docs/guides/rolling.md, "A deploy cut short").
 """
 
 from __future__ import annotations

@@ -72,8 +72,9 @@ def test_without_it_pyinfras_command_line_says_0_which_is_why_the_deploy_install
     assert "Exiting upon user request!" in output
 
 
-def test_the_cluster_deploy_installs_it_before_anything_else_runs():
-    tree = ast.parse((ROOT / "deploy" / "cluster.py").read_text())
+@pytest.mark.parametrize("deploy_file", ["cluster.py", "check.py"])
+def test_the_deploy_and_the_checks_install_it_before_anything_else_runs(deploy_file):
+    tree = ast.parse((ROOT / "deploy" / deploy_file).read_text())
     statements = [node for node in tree.body if not isinstance(node, (ast.Import, ast.ImportFrom, ast.Expr))
                   or (isinstance(node, ast.Expr) and isinstance(node.value, ast.Call))]  # fmt: skip
     first = statements[0]

@@ -106,7 +106,6 @@ SWEEP = textwrap.dedent(
 class Change:
     what: str
     seconds: float = 0.0
-    done_before: int = 0
     ok: bool = True
     detail: str = ""
 
@@ -119,6 +118,7 @@ class Sweep:
     host: dict
     lines: list[str] = field(default_factory=list)
     status: int | None = None
+    thread: threading.Thread | None = None
 
     def start(self) -> None:
         self.lab.sh(self.host, f"sudo docker exec ray-node rm -f {STOP_FILE}")
@@ -133,9 +133,10 @@ class Sweep:
 
     def stop(self, seconds: float = 900) -> dict:
         self.lab.sh(self.host, f"sudo docker exec ray-node touch {STOP_FILE}")
-        self.thread.join(seconds)
+        if self.thread is not None:
+            self.thread.join(seconds)
         results = [line[len("RESULT ") :] for line in self.lines if line.startswith("RESULT ")]
-        if self.thread.is_alive() or not results:
+        if (self.thread is not None and self.thread.is_alive()) or not results:
             tail = "\n".join(self.lines[-20:])
             raise RuntimeError(f"the sweep gave no result (status {self.status}): {tail}")
         return json.loads(results[-1])

@@ -5,7 +5,8 @@
     python scripts/faults.py --seed 1234           # replay a campaign (the seed is printed first)
     python scripts/faults.py --kinds kill,reboot --scenarios image,tls
 
-Each round cuts a deploy (a first deploy of fresh hosts, an image roll, or TLS turned on) at an
+Each round cuts a deploy (a first deploy of fresh hosts, an image roll, TLS turned on, or a fourth
+host joining with a plain deploy) at an
 operation drawn from those pyinfra reports, by one fault: the deploy killed (SIGKILL) or interrupted
 (SIGINT), one host's network cut for 10 to 45 s, its Docker engine restarted, the host rebooted, or
 rayrig's folder on it full. The next plain deploy must converge (tests/e2e/faultkit.py says what that

@@ -66,12 +66,13 @@ from tests.e2e.labkit import (
 )
 
 KINDS = ("kill", "interrupt", "ssh-drop", "dockerd", "reboot", "disk-full")
-#: What the cut deploy does: a first deploy of fresh hosts, or a change of a deployed cluster.
-SCENARIOS = ("first", "image", "tls")
+#: What the cut deploy does: a first deploy of fresh hosts, or a change of a deployed cluster (an image roll,
+#: TLS turned on, a fourth host joining with a plain deploy).
+SCENARIOS = ("first", "image", "tls", "grown")
 NO_CHECKS = ("--data", "checks_enabled=False")
 OPERATION = re.compile(r"^--> Starting operation: (.*?)\s*$")
 #: Operations a scenario's deploy starts, before a run of it was seen (then: as many as its last plain run).
-EXPECTED_OPERATIONS = {"first": 61, "image": 58, "tls": 60}
+EXPECTED_OPERATIONS = {"first": 61, "image": 58, "tls": 60, "grown": 61}
 ROLLED_TAG_SUFFIX = "-faults"
 RAYRIG_DIR = "/etc/rayrig"
 FULL_MOUNT_MIB = 8
@@ -232,7 +233,7 @@ def cut_deploy(lab: Lab, inventory: str | Path, extra: tuple[str, ...], r: Round
 def problems_after(lab: Lab, tls: bool) -> list[str]:
     """What is wrong with a cluster a plain deploy just converged: [] when nothing."""
     found: list[str] = []
-    state = cluster_state(lab, expect=HOSTS, wait=120)
+    state = cluster_state(lab, expect=len(lab.hosts), wait=120)
     nodes = {n["ip"]: n for n in state["nodes"]}
     for h in lab.hosts:
         node = nodes.get(h["address"])
@@ -306,7 +307,7 @@ class Campaign:
         self.rows: list[Round] = []
 
     def inventory(self, scenario: str) -> tuple[Path | str, tuple[str, ...]]:
-        if scenario == "first":
+        if scenario in ("first", "grown"):  # the lab's inventory lists the lab's hosts: four once grown
             return LAB_INVENTORY, NO_CHECKS
         if scenario == "image":
             return inventory_variant(self.folder / "rolled.py", {"ray_image": self.rolled_image()}), NO_CHECKS
@@ -324,18 +325,34 @@ class Campaign:
 
     def prepare(self, scenario: str) -> None:
         """Fresh hosts for a first deploy; else the baseline deployment (a re-run that changes nothing
-        when the lab is there already)."""
+        when the lab is there already), and for a grown member a fourth, fresh host beside it."""
         if scenario == "first":
             local.down(LAB)
             self.lab = Lab(local.up(hosts=HOSTS, name=LAB))
             return
+        self.shrink()
         result = deploy(LAB_INVENTORY, *NO_CHECKS)
         if result.returncode != 0:
             raise RuntimeError(f"the baseline deploy failed: {last_error(result.stdout + result.stderr)}")
+        if scenario == "grown":
+            self.lab = Lab(local.up(hosts=HOSTS + 1, name=LAB))
+
+    def shrink(self) -> None:
+        """Back to the lab's three hosts after a grown round: the fourth marked absent and deployed, then gone."""
+        extra = local.load_state(LAB)["hosts"][HOSTS:]
+        if not extra:
+            return
+        absent = inventory_variant(self.folder / "absent.py", {"ray_state": "absent"}, only=extra[0]["address"])
+        result = deploy(absent, *NO_CHECKS)
+        if result.returncode != 0:
+            raise RuntimeError(f"removing {extra[0]['name']} failed: {last_error(result.stdout + result.stderr)}")
+        self.lab = Lab(local.up(hosts=HOSTS, name=LAB))
 
     def draw(self, number: int, scenario: str, kind: str) -> Round:
         total = self.operations[scenario]
-        hosts = [h["name"] for h in self.lab.hosts]
+        hosts = [h["name"] for h in self.lab.hosts[:HOSTS]]
+        if scenario == "grown":  # the joining host too (named as the lab names its hosts)
+            hosts.append(f"{LAB}-{HOSTS + 1}")
         host = "" if kind in ("kill", "interrupt") else self.rng.choice(hosts)
         # a full disk bites only before the writes into rayrig's folder, which come in the first half
         last = total if kind != "disk-full" else max(1, total // 2)

@@ -56,8 +56,11 @@ def main(argv: list[str]) -> int:
     if args.rounds < 1:
         parser.error("--rounds: at least 1")
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(10**6)
+    picked = "".join(f" --{name} {','.join(value)}" for name, value, default in
+                     (("kinds", args.kinds, faultkit.KINDS), ("scenarios", args.scenarios, faultkit.SCENARIOS))
+                     if value != default)  # fmt: skip
     print(f"fault campaign on lab {LAB}: seed {seed} (replay: python scripts/faults.py --seed {seed} "
-          f"--rounds {args.rounds})", flush=True)  # fmt: skip
+          f"--rounds {args.rounds}{picked})", flush=True)  # fmt: skip
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="rayrig-faults-") as folder:
         campaign = faultkit.Campaign(Lab(fresh_lab(LAB)), Path(folder), seed, log=lambda s: print(s, flush=True))

@@ -35,9 +35,8 @@ from pathlib import Path
 
 from cloud import lab as local
 from cloud import ssh as remote
-from deploy.contract.paths import repo_root
 from tests.e2e import faultkit
-from tests.e2e.labkit import HOSTS, LAB, LAB_INVENTORY, Lab, alive_nodes, deploy, wait_for_alive
+from tests.e2e.labkit import HOSTS, LAB, Lab, alive_nodes, deploy, inventory_variant, wait_for_alive
 
 IN_FLIGHT = 8
 MAX_RETRIES = 10
@@ -142,24 +141,6 @@ class Sweep:
         return json.loads(results[-1])
 
 
-def variant(path: Path, per_host: dict[str, dict], everywhere: dict | None = None) -> Path:
-    """The lab's inventory with ``everywhere`` in every host's data and ``per_host[address]`` in that host's."""
-    path.write_text(
-        textwrap.dedent(
-            f"""
-            import runpy
-            lab = runpy.run_path({str(repo_root() / LAB_INVENTORY)!r})
-            per_host, everywhere = {per_host!r}, {everywhere or {}!r}
-            def changed(name, data):
-                return {{**data, **everywhere, **per_host.get(name, {{}})}}
-            heads = [(name, changed(name, data)) for name, data in lab["heads"]]
-            workers = [(name, changed(name, data)) for name, data in lab["workers"]]
-            """
-        )
-    )
-    return path
-
-
 def timed(lab: Lab, what: str, action, expect: int = HOSTS, renewed: tuple[dict, ...] = (), log=print) -> Change:
     """Run ``action`` (a deploy, a reboot), then wait for ``expect`` alive nodes, the hosts in ``renewed`` with
     new nodes (the GCS lists a rebooted host's old node as alive until it misses its health checks); the
@@ -193,17 +174,18 @@ def part_defaults(lab: Lab, folder: Path, log=print) -> tuple[list[Change], dict
     changes: list[Change] = []
     try:
         time.sleep(30)
+        # the worker's change stays in every later deploy; the lab's inventory lists the lab's hosts when it runs
+        changed = inventory_variant(folder / "changed.py", {}, per_host=per_host)
         changes.append(timed(lab, f"{worker['name']}'s ray-node replaced (its ray_env)",
-                             lambda: deploy(variant(folder / "replaced.py", per_host), *NO_CHECKS),
-                             renewed=(worker,), log=log))  # fmt: skip
+                             lambda: deploy(changed, *NO_CHECKS), renewed=(worker,), log=log))  # fmt: skip
         grown = Lab(local.up(hosts=HOSTS + 1, name=LAB))
         fourth = grown.hosts[HOSTS]
         changes.append(timed(lab, f"{fourth['name']} added",
-                             lambda: deploy(variant(folder / "grown.py", per_host), *NO_CHECKS),
-                             expect=HOSTS + 1, log=log))  # fmt: skip
-        absent = {**per_host, fourth["address"]: {"ray_state": "absent"}}
+                             lambda: deploy(changed, *NO_CHECKS), expect=HOSTS + 1, log=log))  # fmt: skip
+        leaving = {**per_host, fourth["address"]: {"ray_state": "absent"}}
+        absent = inventory_variant(folder / "absent.py", {}, per_host=leaving)
         changes.append(timed(lab, f"{fourth['name']} removed (ray_state = \"absent\")",
-                             lambda: deploy(variant(folder / "absent.py", absent), *NO_CHECKS), log=log))  # fmt: skip
+                             lambda: deploy(absent, *NO_CHECKS), log=log))  # fmt: skip
         local.up(hosts=HOSTS, name=LAB)
 
         def reboot():
@@ -220,10 +202,11 @@ def part_defaults(lab: Lab, folder: Path, log=print) -> tuple[list[Change], dict
 def part_gcs_fault_tolerance(lab: Lab, folder: Path, log=print) -> tuple[list[Change], dict]:
     """GCS fault tolerance on: the sweep on a worker while the head's ray-node restarts."""
     everywhere = {"ray_gcs_fault_tolerance": True}
-    ft = variant(folder / "ft.py", {}, everywhere)
+    ft = inventory_variant(folder / "ft.py", everywhere)
     result = deploy(ft, *NO_CHECKS)
     if result.returncode != 0:
-        raise RuntimeError(f"the deploy with GCS fault tolerance failed: {faultkit.last_error(result.stdout)}")
+        said = faultkit.last_error(result.stdout + result.stderr)
+        raise RuntimeError(f"the deploy with GCS fault tolerance failed: {said}")
     wait_for_alive(lab, HOSTS)
     sweep = Sweep(lab, lab.workers[0])
     sweep.start()
@@ -235,9 +218,9 @@ def part_gcs_fault_tolerance(lab: Lab, folder: Path, log=print) -> tuple[list[Ch
                              renewed=(lab.head,), log=log))  # fmt: skip
         time.sleep(20)
         head = {lab.head["address"]: {"ray_env": {"RAYRIG_SWEEP": "replaced"}}}
+        ft_head = inventory_variant(folder / "ft-head.py", everywhere, per_host=head)
         changes.append(timed(lab, "the head's ray-node replaced (its ray_env)",
-                             lambda: deploy(variant(folder / "ft-head.py", head, everywhere), *NO_CHECKS),
-                             renewed=(lab.head,), log=log))  # fmt: skip
+                             lambda: deploy(ft_head, *NO_CHECKS), renewed=(lab.head,), log=log))  # fmt: skip
         time.sleep(20)
     finally:
         result = sweep.stop()

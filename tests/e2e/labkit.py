@@ -261,17 +261,21 @@ BUCKET = "rayrig-e2e"  # the bucket moto's server holds for the shared-storage s
 S3_SECRET = "e2e-Secret-Key-do-not-print"
 
 
-def inventory_variant(path: Path, changes: dict, only: str | None = None) -> Path:
-    """The lab's inventory with ``changes`` in every host's data, or in host ``only``'s alone, written to
-    ``path`` (outside inventories/: the defaults still apply)."""
+def inventory_variant(
+    path: Path, changes: dict, only: str | None = None, per_host: dict[str, dict] | None = None
+) -> Path:
+    """The lab's inventory with ``changes`` in every host's data, or in host ``only``'s alone, and
+    ``per_host[name]`` on top in that host's, written to ``path`` (outside inventories/: the defaults still
+    apply)."""
     path.write_text(
         textwrap.dedent(
             f"""
             import runpy
             lab = runpy.run_path({str(repo_root() / LAB_INVENTORY)!r})
-            changes, only = {changes!r}, {only!r}
+            changes, only, per_host = {changes!r}, {only!r}, {per_host or {}!r}
             def changed(name, data):
-                return {{**data, **changes}} if only is None or name == only else data
+                data = {{**data, **changes}} if only is None or name == only else data
+                return {{**data, **per_host.get(name, {{}})}}
             heads = [(name, changed(name, data)) for name, data in lab["heads"]]
             workers = [(name, changed(name, data)) for name, data in lab["workers"]]
             """

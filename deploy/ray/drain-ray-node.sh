@@ -9,10 +9,10 @@
 # Ray is asked to drain the node (`ray drain-node`, BOUND as its deadline): no new task or
 # actor goes to it. A drained raylet does not end by itself (Ray leaves that to whoever
 # removes the node), so the script waits until the GCS sees no work left on the node (or
-# until the container ended), and the deploy's next step stops it. The unit is told not to start the container again meanwhile.
-# The script waits at most BOUND seconds, then fails with a warning (the deploy removes the
-# node all the same) when the node did not answer, Ray did not take the request, or the node
-# still had work.
+# until the container ended), and the deploy's next step stops it. The unit is told not to
+# start the container again meanwhile. The script waits at most BOUND seconds, then fails
+# with a warning (the deploy removes the node all the same) when the node did not answer, Ray
+# did not take the request, or the node still had work.
 set -u
 name=$1 host=$2 bound=$3
 

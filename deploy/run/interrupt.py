@@ -11,6 +11,7 @@ picks up where this one stopped (docs/guides/rolling.md, "A deploy cut short").
 
 from __future__ import annotations
 
+import contextlib
 import signal
 from types import FrameType
 
@@ -21,9 +22,10 @@ INTERRUPTED = 128 + signal.SIGINT
 def exit_130_on_interrupt() -> None:
     """Make a SIGINT end this process with status 130, around whatever handler is installed now (pyinfra's).
 
-    Once per process; a no-op outside the main thread (where no signal handler can be set)."""
+    Once per process; a no-op where SIGINT is ignored, and outside the main thread (where no signal handler
+    can be set)."""
     previous = signal.getsignal(signal.SIGINT)
-    if getattr(previous, "rayrig_interrupt", False):
+    if previous is signal.SIG_IGN or getattr(previous, "rayrig_interrupt", False):
         return
 
     def on_interrupt(signum: int, frame: FrameType | None) -> None:
@@ -35,7 +37,5 @@ def exit_130_on_interrupt() -> None:
         raise KeyboardInterrupt
 
     on_interrupt.rayrig_interrupt = True  # type: ignore[attr-defined]
-    try:
+    with contextlib.suppress(ValueError):  # not the main thread
         signal.signal(signal.SIGINT, on_interrupt)
-    except ValueError:  # not the main thread
-        return
